@@ -1,0 +1,63 @@
+# kmeans_gpu: PGXS build.
+#
+#   make && make install     the extension (needs postgresql-server-dev and OpenBLAS)
+#   make test                everything a fresh Debian 12 machine needs, then every suite
+#   make demo                Fashion-MNIST clustered in a throwaway server
+#   make bench               CPU engine against scikit-learn (test/bench)
+
+EXTENSION = kmeans_gpu
+MODULE_big = kmeans_gpu
+DATA = $(wildcard sql/kmeans_gpu--*.sql)
+
+SQL_SRCS = $(sort $(wildcard src/*.c))
+ENGINE_SRCS = $(sort $(wildcard src/engine/*.c))
+OBJS = $(SQL_SRCS:.c=.o) $(ENGINE_SRCS:.c=.o)
+
+# pg_regress: sql/NAME.sql against expected/NAME.out, every test in sql/
+# except the install scripts.
+REGRESS = $(filter-out kmeans_gpu--%,$(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+
+# OpenBLAS, single-threaded flavour: the engine runs its own threads and calls
+# sgemm from each of them (Debian's serial build is thread-safe for that).
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+BLAS_INC ?= /usr/include/$(MULTIARCH)/openblas-serial
+BLAS_LIB ?= /usr/lib/$(MULTIARCH)/openblas-serial
+BLAS_LDFLAGS = -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
+
+# -ffp-contract=off: km_exact.h must round every step the way the GPU does.
+PG_CPPFLAGS = -Isrc/engine -I$(BLAS_INC)
+PG_CFLAGS = -ffp-contract=off -pthread
+SHLIB_LINK = $(BLAS_LDFLAGS) -lpthread -lm
+
+EXTRA_CLEAN = test/bench/kmeans_bench test/engine/engine_test
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+else
+# No server development files yet: only the targets that install them work.
+all install:
+	@echo "PostgreSQL server development files not found: run 'make test' or 'make demo'," \
+	      "which install them (Debian 12), or set PG_CONFIG." >&2; exit 1
+endif
+
+# Standalone programs on the engine alone (no PostgreSQL).
+STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/engine -I$(BLAS_INC)
+
+test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
+	$(CC) $(STANDALONE_CFLAGS) -o $@ test/bench/kmeans_bench.c $(ENGINE_SRCS) $(BLAS_LDFLAGS) -lpthread -lm
+
+test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
+	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) $(BLAS_LDFLAGS) -lpthread -lm
+
+.PHONY: test demo bench
+test:
+	@test/scripts/run_tests.sh
+
+demo:
+	@test/scripts/run_demo.sh
+
+bench: test/bench/kmeans_bench
+	@test/bench/run_cpu_bench.sh

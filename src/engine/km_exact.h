@@ -1,0 +1,189 @@
+/*
+ * km_exact.h
+ *	  The exact distance that decides every label, shared by all engines.
+ *
+ * Every engine assigns rows with a fast float32 filter and settles close
+ * calls here, in double precision, coordinate by coordinate in index order,
+ * with no fused multiply-add.  Each step is one correctly rounded IEEE
+ * operation, so the host compiler and nvcc produce the same bits, and the CPU
+ * engine, the GPU engine and kmeans_assign agree on every label.  Files that
+ * include this must be compiled with -ffp-contract=off (the Makefile does).
+ *
+ * "Cost" below is what inertia sums: the squared Euclidean distance for l2,
+ * 1 - cos for cosine.  The distance users see is sqrt(cost) for l2 and the
+ * cost itself for cosine.
+ */
+#ifndef KM_EXACT_H
+#define KM_EXACT_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define KM_HD static __host__ __device__ __forceinline__
+#else
+#define KM_HD static inline
+#endif
+
+/* One rounding each, on both sides of the bus. */
+KM_HD double
+km_dadd(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+	return __dadd_rn(a, b);
+#else
+	return a + b;
+#endif
+}
+
+KM_HD double
+km_dmul(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+	return __dmul_rn(a, b);
+#else
+	return a * b;
+#endif
+}
+
+KM_HD double
+km_ddiv(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+	return __ddiv_rn(a, b);
+#else
+	return a / b;
+#endif
+}
+
+KM_HD double
+km_dsqrt(double a)
+{
+#ifdef __CUDA_ARCH__
+	return __dsqrt_rn(a);
+#else
+	return sqrt(a);
+#endif
+}
+
+/* Squared Euclidean distance in double. */
+KM_HD double
+km_exact_sqdist(const float *x, const float *c, int d)
+{
+	double		s = 0.0;
+
+	for (int i = 0; i < d; i++)
+	{
+		double		t = km_dadd((double) x[i], -(double) c[i]);
+
+		s = km_dadd(s, km_dmul(t, t));
+	}
+	return s;
+}
+
+KM_HD double
+km_exact_dot(const float *x, const float *c, int d)
+{
+	double		s = 0.0;
+
+	for (int i = 0; i < d; i++)
+		s = km_dadd(s, km_dmul((double) x[i], (double) c[i]));
+	return s;
+}
+
+KM_HD double
+km_exact_norm(const float *x, int d)
+{
+	return km_dsqrt(km_exact_dot(x, x, d));
+}
+
+/*
+ * The unit vector the cosine metric clusters: out = x / |x|, each value
+ * rounded to float.  Returns |x|; 0 (or not finite) means x cannot be
+ * normalised and out is untouched.  out may equal x.
+ */
+KM_HD double
+km_normalize_row(const float *x, float *out, int d)
+{
+	double		nrm = km_exact_norm(x, d);
+
+	if (!(nrm > 0.0) || !isfinite(nrm))
+		return 0.0;
+	for (int i = 0; i < d; i++)
+		out[i] = (float) km_ddiv((double) x[i], nrm);
+	return nrm;
+}
+
+/*
+ * Cost of row x against centroid c.  For cosine, x must already be
+ * normalised and cnorm is km_exact_norm(c); for l2 cnorm is ignored.
+ */
+KM_HD double
+km_exact_cost(const float *x, const float *c, double cnorm, int d, int cosine)
+{
+	if (cosine)
+	{
+		double		cost = km_dadd(1.0, -km_ddiv(km_exact_dot(x, c, d), cnorm));
+
+		return cost > 0.0 ? cost : 0.0;
+	}
+	return km_exact_sqdist(x, c, d);
+}
+
+/*
+ * Nearest of k centroids (row-major, k * d), ties to the lowest index.
+ * cnorms: k centroid norms for cosine (NULL for l2).  Stores the cost.
+ */
+KM_HD int
+km_exact_nearest(const float *x, const float *centroids, const double *cnorms,
+				 int k, int d, int cosine, double *cost_out)
+{
+	int			best = 0;
+	double		best_cost = 0.0;
+
+	for (int j = 0; j < k; j++)
+	{
+		double		cost = km_exact_cost(x, centroids + (int64_t) j * d,
+										 cosine ? cnorms[j] : 0.0, d, cosine);
+
+		if (j == 0 || cost < best_cost)
+		{
+			best = j;
+			best_cost = cost;
+		}
+	}
+	*cost_out = best_cost;
+	return best;
+}
+
+/* What users see as the distance for a cost. */
+KM_HD double
+km_cost_to_distance(double cost, int cosine)
+{
+	return cosine ? cost : km_dsqrt(cost);
+}
+
+/*
+ * How far apart the float32 filter's best and second-best values must be for
+ * the filter's winner to be the exact winner.
+ *
+ * The filter computes f_j = |c'_j|^2 - 2 x'.c'_j in float32, in any order,
+ * where x' and c'_j are the row and centroids after centring (l2: minus the
+ * same float vector) or normalisation (cosine), each rounded to float.  The
+ * rounding error of f_j + |x'|^2 against the exact cost is at most
+ * (gamma_{d+2} + 2u) (|x'| + |c'_j|)^2 with u = 2^-24 and gamma_m = m u /
+ * (1 - m u): the dot product and norm bound, plus the centring rounding of
+ * x' and c'_j.  A wrong winner needs both candidates off by that much, so a
+ * gap above twice the bound for the largest |c'_j| is safe.  We take 2.5
+ * times (d + 8) u (|x'| + cmax)^2, which also covers rounding in computing
+ * this value and in the double evaluation.
+ */
+KM_HD float
+km_filter_slack(int d, float xnorm, float cmax)
+{
+	float		r = xnorm + cmax;
+
+	return 2.5f * (float) (d + 8) * 5.9604645e-8f * r * r;
+}
+
+#endif							/* KM_EXACT_H */
