@@ -43,6 +43,30 @@ all install:
 	      "which install them (Debian 12), or set PG_CONFIG." >&2; exit 1
 endif
 
+# The CUDA engine: its own shared object, loaded at run time by kmeans_gpu.so,
+# built whenever nvcc is found (CUDA runtime linked statically).
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_ARCHS ?= 80 90
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
+CUDA_SRCS = $(sort $(wildcard kernels/*.cu))
+NVCCFLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off \
+	-Isrc/engine -Ikernels --cudart static $(CUDA_GENCODE)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRCS),)
+CUDA_SO = kmeans_gpu_cuda.so
+all: $(CUDA_SO)
+$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*.h kernels/*.cuh src/engine/*.h)
+	$(NVCC) $(NVCCFLAGS) -shared -o $@ $(CUDA_SRCS)
+install: install-cuda
+install-cuda: $(CUDA_SO)
+	$(INSTALL_SHLIB) $(CUDA_SO) '$(DESTDIR)$(pkglibdir)/'
+uninstall: uninstall-cuda
+uninstall-cuda:
+	rm -f '$(DESTDIR)$(pkglibdir)/$(CUDA_SO)'
+EXTRA_CLEAN += $(CUDA_SO)
+endif
+endif
+
 # Standalone programs on the engine alone (no PostgreSQL).
 STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/engine -I$(BLAS_INC)
 
@@ -52,7 +76,7 @@ test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src
 test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) $(BLAS_LDFLAGS) -lpthread -lm
 
-.PHONY: test demo bench
+.PHONY: test demo bench install-cuda uninstall-cuda
 test:
 	@test/scripts/run_tests.sh
 

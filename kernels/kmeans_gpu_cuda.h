@@ -1,0 +1,96 @@
+/*
+ * kmeans_gpu_cuda.h
+ *	  The C interface of kmeans_gpu_cuda.so, the CUDA engine.
+ *
+ * kmeans_gpu.so never links CUDA: the SQL layer dlopen()s this object the
+ * first time a backend wants a GPU, looks up km_gpu_get_api() and talks to it
+ * only through the table below.  Nothing here touches CUDA until a function
+ * of the table is called, so loading the object is harmless anywhere, and
+ * CUDA is initialised in the backend that first calls it, never in the
+ * postmaster.
+ *
+ * Every function returns or fills a km_error; none aborts or prints.  A
+ * status of KM_ERR_DEVICE_FATAL means the CUDA context is broken (a sticky
+ * error); the caller stops using the device for the rest of the process.
+ * Device memory is released before a call returns, whatever it returns,
+ * except what a live km_gpu_dataset holds; release_all() frees that too.
+ */
+#ifndef KMEANS_GPU_CUDA_H
+#define KMEANS_GPU_CUDA_H
+
+#include "kmeans_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KM_GPU_ABI 1
+
+typedef struct km_gpu_device
+{
+	int			ordinal;
+	char		name[128];
+	uint64_t	total_bytes;
+	uint64_t	free_bytes;
+	int			cc_major;
+	int			cc_minor;
+	int			multiprocessors;
+} km_gpu_device;
+
+/* Rows being streamed to the device, in the order they were staged. */
+typedef struct km_gpu_dataset km_gpu_dataset;
+
+typedef struct km_gpu_api
+{
+	int			abi;			/* KM_GPU_ABI */
+
+	/* Devices this process can use; 0 and an error when none. */
+	int			(*device_count) (km_error *error);
+	km_status	(*device_info) (int ordinal, km_gpu_device *out, km_error *error);
+
+	/* The device later calls from this process use. */
+	km_status	(*set_device) (int ordinal, km_error *error);
+
+	/*
+	 * Device bytes a fit of n rows needs (data included), so that callers can
+	 * check before allocating.  assign_device_bytes likewise for assign/map
+	 * over batches of batch_rows rows.
+	 */
+	uint64_t	(*fit_device_bytes) (int64_t n, int d, int k, km_metric metric);
+	uint64_t	(*assign_device_bytes) (int64_t batch_rows, int d, int k);
+
+	/* fit, assign and map on host rows (uploaded per call). */
+	const km_engine *engine;
+
+	/*
+	 * Streaming load.  dataset_create reserves device room for about
+	 * expected_rows rows (it grows when more come).  dataset_stage returns a
+	 * pinned host buffer with room for *room rows of d floats (and, when the
+	 * dataset is weighted, *weights for as many weights); the caller writes
+	 * rows there and hands them over with dataset_commit, which starts an
+	 * asynchronous copy and returns while it runs, so the scan goes on while
+	 * the data moves.  dataset_fit runs a fit on everything committed.
+	 */
+	km_gpu_dataset *(*dataset_create) (int d, int weighted, int64_t expected_rows,
+									   km_error *error);
+	float	   *(*dataset_stage) (km_gpu_dataset *ds, int64_t *room,
+								  float **weights, km_error *error);
+	km_status	(*dataset_commit) (km_gpu_dataset *ds, int64_t rows, km_error *error);
+	int64_t		(*dataset_rows) (const km_gpu_dataset *ds);
+	km_status	(*dataset_fit) (km_gpu_dataset *ds, const km_params *params,
+								const km_hooks *hooks, km_result *result,
+								km_error *error);
+	void		(*dataset_free) (km_gpu_dataset *ds);
+
+	/* Free every device and pinned allocation this process holds. */
+	void		(*release_all) (void);
+} km_gpu_api;
+
+/* The one symbol kmeans_gpu_cuda.so exports. */
+const km_gpu_api *km_gpu_get_api(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif							/* KMEANS_GPU_CUDA_H */
