@@ -26,16 +26,16 @@ CREATE TYPE kmeans_model AS (
 -- The aggregate: kmeans(vec, k [, options])
 
 CREATE FUNCTION kmeans_accum(internal, real[], integer)
-	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum_float4'
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum'
 	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION kmeans_accum(internal, real[], integer, jsonb)
-	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum_float4'
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum'
 	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION kmeans_accum(internal, double precision[], integer)
-	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum_float8'
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum'
 	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION kmeans_accum(internal, double precision[], integer, jsonb)
-	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum_float8'
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_accum'
 	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
 
 CREATE FUNCTION kmeans_combine(internal, internal)
@@ -53,28 +53,28 @@ CREATE FUNCTION kmeans_final(internal)
 
 CREATE AGGREGATE kmeans(vec real[], k integer) (
 	SFUNC = kmeans_accum, STYPE = internal,
-	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_WRITE,
+	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_ONLY,
 	COMBINEFUNC = kmeans_combine,
 	SERIALFUNC = kmeans_serialize, DESERIALFUNC = kmeans_deserialize,
 	PARALLEL = SAFE
 );
 CREATE AGGREGATE kmeans(vec real[], k integer, options jsonb) (
 	SFUNC = kmeans_accum, STYPE = internal,
-	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_WRITE,
+	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_ONLY,
 	COMBINEFUNC = kmeans_combine,
 	SERIALFUNC = kmeans_serialize, DESERIALFUNC = kmeans_deserialize,
 	PARALLEL = SAFE
 );
 CREATE AGGREGATE kmeans(vec double precision[], k integer) (
 	SFUNC = kmeans_accum, STYPE = internal,
-	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_WRITE,
+	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_ONLY,
 	COMBINEFUNC = kmeans_combine,
 	SERIALFUNC = kmeans_serialize, DESERIALFUNC = kmeans_deserialize,
 	PARALLEL = SAFE
 );
 CREATE AGGREGATE kmeans(vec double precision[], k integer, options jsonb) (
 	SFUNC = kmeans_accum, STYPE = internal,
-	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_WRITE,
+	FINALFUNC = kmeans_final, FINALFUNC_MODIFY = READ_ONLY,
 	COMBINEFUNC = kmeans_combine,
 	SERIALFUNC = kmeans_serialize, DESERIALFUNC = kmeans_deserialize,
 	PARALLEL = SAFE
@@ -104,10 +104,10 @@ CREATE FUNCTION kmeans_centroids(model kmeans_model,
 	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
 
 CREATE FUNCTION kmeans_assign(model kmeans_model, vec real[])
-	RETURNS integer AS 'MODULE_PATHNAME', 'kmeans_assign_float4'
+	RETURNS integer AS 'MODULE_PATHNAME', 'kmeans_assign'
 	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
 CREATE FUNCTION kmeans_assign(model kmeans_model, vec double precision[])
-	RETURNS integer AS 'MODULE_PATHNAME', 'kmeans_assign_float8'
+	RETURNS integer AS 'MODULE_PATHNAME', 'kmeans_assign'
 	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
 
 CREATE FUNCTION kmeans_labels(model kmeans_model, source regclass,

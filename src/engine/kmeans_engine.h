@@ -2,9 +2,9 @@
  * kmeans_engine.h
  *	  The one interface between a k-means engine and whoever drives it.
  *
- * Plain C, no PostgreSQL headers: the SQL layer (src/*.c), the standalone
- * benchmark (test/bench) and the engine tests (test/engine) all drive an
- * engine through this header.  The CPU engine (src/engine/cpu_*.c) implements
+ * Plain C, no PostgreSQL headers: the SQL layer (the .c files of src/),
+ * the standalone benchmark (test/bench) and the engine tests (test/engine)
+ * all drive an engine through this header.  The CPU engine (src/engine/cpu_*.c) implements
  * it inside kmeans_gpu.so; the CUDA engine (kernels/) implements the same
  * table of functions in its own shared object, found at run time.
  *

@@ -1,0 +1,45 @@
+/*
+ * assign_gemm.cuh
+ *	  The float32 filter for large k: distances as a GEMM, fused with a
+ *	  per-row top-2, never materialising the n x k matrix.
+ *
+ * For rows X' (n x dp) and centroids C' (kp x dp), both row-major on the
+ * device, already centred or normalised and padded with zeros to dp columns
+ * (a multiple of 8, rows 32-byte aligned) and kp rows, and cn (kp floats:
+ * |c'_j|^2, +INFINITY for padding rows j >= k), it computes for every row i
+ *
+ *		f_ij = cn_j - 2 * dot(x'_i, c'_j)			(float32 arithmetic, FMA allowed,
+ *													 any summation order, no TF32)
+ *		best[i]    = argmin_j f_ij, lowest j on ties
+ *		fbest[i]   = f_i,best
+ *		fsecond[i] = min_{j != best} f_ij			(+INFINITY when k == 1)
+ *
+ * which is what km_filter_slack (src/engine/km_exact.h) bounds: the caller
+ * settles rows whose fsecond - fbest is within the slack with the exact
+ * distance.
+ */
+#ifndef KM_ASSIGN_GEMM_CUH
+#define KM_ASSIGN_GEMM_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* Column padding and centroid-row padding the kernel expects. */
+#define KM_FILTER_DPAD 8
+int			km_filter_kpad(int k);	/* kp for k centroids */
+
+/*
+ * Per-iteration preparation of the centroid operand (e.g. a transposed or
+ * tiled copy) into work, which must hold km_filter_work_bytes(kp, dp) bytes.
+ */
+size_t		km_filter_work_bytes(int kp, int dp);
+cudaError_t km_filter_prepare(const float *C, const float *cn, int k, int kp, int dp,
+							  void *work, cudaStream_t stream);
+
+/* The filter itself; returns the launch error, if any. */
+cudaError_t km_filter_top2(const float *X, int64_t n, int dp,
+						   const void *work, int k, int kp,
+						   int32_t *best, float *fbest, float *fsecond,
+						   cudaStream_t stream);
+
+#endif							/* KM_ASSIGN_GEMM_CUH */

@@ -1,0 +1,300 @@
+/*
+ * engine_call.c
+ *	  Running an engine from a backend: choosing it, checking memory,
+ *	  wiring its hooks to PostgreSQL, and turning its failures into ERRORs.
+ *
+ * The engine is plain C and may run worker threads.  It allocates through
+ * hooks that use a memory context of its own (so an ERROR anywhere frees
+ * everything), it polls QueryCancelPending and ProcDiePending from the
+ * calling thread between tiles, and its progress callback, the only place
+ * where PostgreSQL code runs during a fit, catches any error it raises and
+ * asks the engine to stop; the error is re-thrown once the engine has
+ * joined its threads and returned.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "kmeans_gpu.h"
+
+typedef struct KmCall
+{
+	MemoryContext context;		/* the engine's allocations */
+	ErrorData  *error;			/* raised inside a callback, re-thrown later */
+	MemoryContext error_context;	/* where to copy it */
+	int			n_init;
+} KmCall;
+
+/* hooks->alloc: huge allocations allowed, NULL instead of an ERROR */
+static void *
+KmHookAlloc(void *ctx, size_t size)
+{
+	KmCall	   *call = (KmCall *) ctx;
+
+	if (size > MaxAllocHugeSize)
+		return NULL;
+	return MemoryContextAllocExtended(call->context, Max(size, 1),
+									  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM);
+}
+
+static void
+KmHookFree(void *ctx, void *ptr)
+{
+	if (ptr != NULL)
+		pfree(ptr);
+}
+
+/*
+ * hooks->poll, called often and possibly while worker threads run: it only
+ * reads the flags that will make CHECK_FOR_INTERRUPTS() throw.
+ */
+static int
+KmHookPoll(void *ctx)
+{
+	return QueryCancelPending || ProcDiePending;
+}
+
+static const char *
+PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
+{
+	switch (p->phase)
+	{
+		case KM_PHASE_PREPARE:
+			snprintf(buf, len, "prepared the rows");
+			break;
+		case KM_PHASE_SEED:
+			snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
+					 p->run + 1, n_init, p->done, p->total);
+			break;
+		case KM_PHASE_ITERATE:
+			snprintf(buf, len, "run %d/%d, iteration %d: inertia %.6g, moved %.6f%s",
+					 p->run + 1, n_init, p->iteration, p->inertia, p->moved,
+					 p->relocated > 0 ? ", re-seeded empty clusters" : "");
+			break;
+		case KM_PHASE_FINISH:
+			snprintf(buf, len, "final assignment done");
+			break;
+	}
+	return buf;
+}
+
+/*
+ * hooks->report: between iterations, no worker busy.  Processes interrupts
+ * and prints progress when kmeans_gpu.verbose is on; an ERROR raised here is
+ * kept and the engine is asked to stop.
+ */
+static int
+KmHookReport(void *ctx, const km_progress *progress)
+{
+	KmCall	   *call = (KmCall *) ctx;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	int			stop = 0;
+
+	PG_TRY();
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (kmeans_verbose)
+		{
+			char		line[256];
+
+			ereport(INFO,
+					(errmsg("kmeans: %s, %.3f s",
+							PhaseLine(progress, call->n_init, line, sizeof(line)),
+							progress->elapsed)));
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(call->error_context);
+		call->error = CopyErrorData();
+		FlushErrorState();
+		MemoryContextSwitchTo(oldcontext);
+		stop = 1;
+	}
+	PG_END_TRY();
+	return stop;
+}
+
+/*
+ * The engine for this call.  Only the CPU engine exists in this build.
+ */
+static const km_engine *
+KmChooseEngine(void)
+{
+	if (kmeans_engine_choice == KM_ENGINE_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the GPU engine is not available"),
+				 errdetail("This build of kmeans_gpu has no GPU engine."),
+				 errhint("Set kmeans_gpu.engine to 'auto' or 'cpu'.")));
+	return &km_cpu_engine;
+}
+
+static void
+KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
+{
+	memset(call, 0, sizeof(*call));
+	call->context = AllocSetContextCreate(CurrentMemoryContext, "kmeans engine",
+										  ALLOCSET_DEFAULT_SIZES);
+	call->error_context = CurrentMemoryContext;
+	call->n_init = n_init;
+
+	memset(hooks, 0, sizeof(*hooks));
+	hooks->ctx = call;
+	hooks->alloc = KmHookAlloc;
+	hooks->free = KmHookFree;
+	hooks->poll = KmHookPoll;
+	hooks->report = KmHookReport;
+	hooks->n_threads = KmCpuThreads();
+}
+
+/*
+ * After the engine returned: free its memory, then raise whatever went
+ * wrong, first an error caught in a callback, then the engine's own.
+ */
+static void
+KmCallEnd(KmCall *call, km_status status, const km_error *err)
+{
+	MemoryContextDelete(call->context);
+
+	if (call->error != NULL)
+		ReThrowError(call->error);
+
+	switch (status)
+	{
+		case KM_OK:
+			return;
+		case KM_ERR_CANCELLED:
+			CHECK_FOR_INTERRUPTS();
+			/* the flag was cleared under us; still, the work did not finish */
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("canceling k-means due to user request")));
+			break;
+		case KM_ERR_NOMEM:
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory in the k-means engine"),
+					 errdetail("%s", err->message)));
+			break;
+		case KM_ERR_INVALID:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("k-means engine rejected the input: %s", err->message)));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("k-means engine failed: %s", err->message)));
+	}
+}
+
+/*
+ * Memory a fit needs: the rows (data_bytes, already held or about to be),
+ * the engine's working memory and the result.
+ */
+Size
+KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
+{
+	const km_engine *engine = &km_cpu_engine;
+	Size		need;
+
+	need = add_size(data_bytes, engine->fit_workspace(n, dim, k, KmCpuThreads()));
+	need = add_size(need, mul_size(mul_size((Size) k, (Size) dim), sizeof(float)));
+	need = add_size(need, mul_size((Size) k, sizeof(int64) + sizeof(double)));
+	if (want_labels)
+		need = add_size(need, mul_size((Size) n, sizeof(int32)));
+	return need;
+}
+
+/*
+ * Fit the rows of m as opts says; the arrays of out are allocated in the
+ * current memory context.
+ */
+void
+KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput *out)
+{
+	km_data		data = KmMatrixData(m);
+	const km_engine *engine;
+	km_params	params;
+	km_result	result;
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+	Size		kd;
+
+	Assert(opts->seed_given);
+	KmOptionsCheckData(opts, data.n, data.d);
+	engine = KmChooseEngine();
+
+	kd = mul_size((Size) opts->k, (Size) data.d);
+	if (mul_size(kd, sizeof(float)) > MaxAllocSize - 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
+						opts->k, data.d)));
+	KmCheckMemory(KmFitMemory(data.n, data.d, opts->k, m->bytes, want_labels), "kmeans");
+
+	memset(out, 0, sizeof(*out));
+	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
+	out->sizes = palloc(sizeof(int64) * opts->k);
+	out->cluster_inertia = palloc(sizeof(double) * opts->k);
+	if (want_labels)
+		out->labels = palloc_extended(sizeof(int32) * (Size) data.n, MCXT_ALLOC_HUGE);
+
+	memset(&params, 0, sizeof(params));
+	params.k = opts->k;
+	params.max_iter = opts->max_iter;
+	params.tol = opts->tol;
+	params.init = opts->init;
+	params.init_centroids = opts->init_centroids;
+	params.metric = opts->metric;
+	params.seed = (uint64) opts->seed;
+	params.n_init = opts->n_init;
+
+	memset(&result, 0, sizeof(result));
+	result.centroids = out->centroids;
+	result.sizes = out->sizes;
+	result.cluster_inertia = out->cluster_inertia;
+	result.labels = out->labels;
+
+	if (kmeans_verbose)
+		ereport(INFO,
+				(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s (%d threads)",
+						data.n, data.d, opts->k, KmMetricName(opts->metric),
+						KmInitName(opts->init), engine->name, KmCpuThreads())));
+
+	KmCallBegin(&call, &hooks, opts->n_init);
+	memset(&err, 0, sizeof(err));
+	status = engine->fit(&data, &params, &hooks, &result, &err);
+	KmCallEnd(&call, status, &err);
+
+	out->inertia = result.inertia;
+	out->iterations = result.iterations;
+	out->converged = result.converged != 0;
+	out->relocated = result.relocated;
+	out->seed = opts->seed;
+	out->engine = engine->name;
+}
+
+/*
+ * Nearest centroid and distance for every row of data (kmeans_labels).
+ */
+void
+KmRunAssign(const km_data *data, const float *centroids, int k, km_metric metric,
+			int32 *labels, double *distances)
+{
+	const km_engine *engine = KmChooseEngine();
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+
+	KmCallBegin(&call, &hooks, 1);
+	hooks.report = NULL;		/* batches are short; the caller checks interrupts */
+	memset(&err, 0, sizeof(err));
+	status = engine->assign(data, centroids, k, metric, labels, distances, &hooks, &err);
+	KmCallEnd(&call, status, &err);
+}

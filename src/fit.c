@@ -1,0 +1,153 @@
+/*
+ * fit.c
+ *	  kmeans_fit(source, column_name, k, ...): one pass over a table's
+ *	  column into the engine, with named arguments and defaults.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "kmeans_gpu.h"
+
+typedef struct KmFitScan
+{
+	KmMatrix	matrix;
+	int64		n_skipped;		/* NULL vector or NULL weight */
+	bool		weighted;
+	double		weight_sum;
+	double		estimated_rows; /* from statistics, for the early memory check */
+	int			k;
+	bool		estimate_checked;
+} KmFitScan;
+
+/*
+ * One row of the scan: skip it when its vector or weight is NULL, check the
+ * memory the whole table will need when the first vector tells its length.
+ */
+static void
+FitRow(void *arg, Datum *values, bool *nulls)
+{
+	KmFitScan  *scan = (KmFitScan *) arg;
+	ArrayType  *vec;
+
+	if (nulls[0] || (scan->weighted && nulls[1]))
+	{
+		scan->n_skipped++;
+		return;
+	}
+	vec = DatumGetArrayTypeP(values[0]);
+
+	if (!scan->estimate_checked)
+	{
+		int			dim = KmVectorDim(vec);
+		int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
+
+		scan->estimate_checked = true;
+		if (rows > 0)
+			KmCheckMemory(KmFitMemory(rows, dim, Min(scan->k, rows),
+									  mul_size((Size) rows, sizeof(float) * (Size) (dim + scan->weighted)),
+									  false),
+						  "kmeans_fit (estimated from the table's statistics)");
+	}
+
+	KmMatrixAppendVector(&scan->matrix, vec);
+	if (scan->weighted)
+	{
+		double		w = DatumGetFloat8(values[1]);
+
+		if (!(w >= 0) || !isfinite((float) w))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("weight %g is not allowed", w),
+					 errdetail("Weights must be finite, at most the largest real, and not negative.")));
+		KmMatrixSetLastWeight(&scan->matrix, (float) w);
+		scan->weight_sum += w;
+	}
+}
+
+static void
+ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+}
+
+PG_FUNCTION_INFO_V1(kmeans_fit);
+
+/*
+ * kmeans_fit(source regclass, column_name text, k int, max_iter int, tol
+ * float8, init text, init_centroids real[], metric text, seed bigint, n_init
+ * int, weight_column text) -> kmeans_model
+ */
+Datum
+kmeans_fit(PG_FUNCTION_ARGS)
+{
+	KmOptions	opts;
+	KmScanSpec	spec;
+	KmFitScan	scan;
+	KmFitOutput fit;
+	MemoryContext rows_context;
+	Datum		model;
+	char	   *init;
+
+	ArgNotNull(fcinfo, 0, "source");
+	ArgNotNull(fcinfo, 1, "column_name");
+	ArgNotNull(fcinfo, 2, "k");
+	ArgNotNull(fcinfo, 3, "max_iter");
+	ArgNotNull(fcinfo, 4, "tol");
+	ArgNotNull(fcinfo, 5, "init");
+	ArgNotNull(fcinfo, 7, "metric");
+	ArgNotNull(fcinfo, 9, "n_init");
+
+	KmOptionsDefaults(&opts);
+	opts.k = PG_GETARG_INT32(2);
+	opts.max_iter = PG_GETARG_INT32(3);
+	opts.tol = PG_GETARG_FLOAT8(4);
+	init = text_to_cstring(PG_GETARG_TEXT_PP(5));
+	/* the default init gives way to explicit centroids */
+	if (PG_ARGISNULL(6) || strcmp(init, "k-means++") != 0)
+		KmOptionsSetInit(&opts, init);
+	if (!PG_ARGISNULL(6))
+		KmOptionsSetInitCentroids(&opts, PG_GETARG_ARRAYTYPE_P(6));
+	KmOptionsSetMetric(&opts, text_to_cstring(PG_GETARG_TEXT_PP(7)));
+	if (!PG_ARGISNULL(8))
+	{
+		opts.seed = PG_GETARG_INT64(8);
+		opts.seed_given = true;
+	}
+	opts.n_init = PG_GETARG_INT32(9);
+	KmOptionsCheck(&opts);
+	KmOptionsFixSeed(&opts);
+
+	memset(&spec, 0, sizeof(spec));
+	spec.relid = PG_GETARG_OID(0);
+	spec.vector_column = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	spec.weight_column = PG_ARGISNULL(10) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(10));
+
+	/* the rows get their own context, freed as soon as the model is built */
+	rows_context = AllocSetContextCreate(CurrentMemoryContext, "kmeans_fit rows",
+										 ALLOCSET_DEFAULT_SIZES);
+	memset(&scan, 0, sizeof(scan));
+	scan.weighted = spec.weight_column != NULL;
+	scan.k = opts.k;
+	scan.estimated_rows = KmEstimateRows(spec.relid);
+	KmMatrixInit(&scan.matrix, rows_context, scan.weighted,
+				 opts.metric == KM_METRIC_COSINE);
+	KmScanTable(&spec, FitRow, &scan);
+
+	if (scan.weighted && scan.matrix.n > 0 && !(scan.weight_sum > 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the weights of the rows sum to zero")));
+
+	KmRunFit(&scan.matrix, &opts, false, &fit);
+	model = KmModelMake(fcinfo, &opts, &fit, scan.matrix.dim, scan.matrix.n,
+						scan.n_skipped);
+	MemoryContextDelete(rows_context);
+	return model;
+}

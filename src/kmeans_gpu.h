@@ -1,0 +1,166 @@
+/*
+ * kmeans_gpu.h
+ *	  What the SQL-layer files of kmeans_gpu share.
+ *
+ * The SQL layer turns rows into a km_data (vector_input.c), options into
+ * km_params (options.c), runs an engine (engine_call.c) and turns the result
+ * into a kmeans_model (model.c).  Each SQL concept has its file: aggregate.c,
+ * fit.c, labels.c (kmeans_assign, kmeans_labels), window.c, guc.c; spill.c
+ * moves large partial aggregate states between parallel workers.
+ */
+#ifndef KMEANS_GPU_H
+#define KMEANS_GPU_H
+
+#include "postgres.h"
+
+#include "access/htup.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/jsonb.h"
+
+#include "kmeans_engine.h"
+
+/* guc.c */
+typedef enum KmEngineChoice
+{
+	KM_ENGINE_AUTO,
+	KM_ENGINE_CPU,
+	KM_ENGINE_GPU
+} KmEngineChoice;
+
+extern int	kmeans_engine_choice;
+extern int	kmeans_max_memory_kb;
+extern bool kmeans_verbose;
+extern int	kmeans_cpu_threads;
+extern int	kmeans_spill_threshold_kb;
+
+extern void KmGucInit(void);
+extern Size KmMaxMemoryBytes(void);
+extern int	KmCpuThreads(void);
+
+/* options.c: what a fit is asked to do */
+typedef struct KmOptions
+{
+	int			k;
+	int			max_iter;
+	double		tol;
+	km_init		init;
+	bool		init_given;		/* init was named explicitly */
+	float	   *init_centroids; /* init_rows x init_dim, or NULL */
+	int			init_rows;
+	int			init_dim;
+	km_metric	metric;
+	bool		seed_given;
+	int64		seed;
+	int			n_init;
+} KmOptions;
+
+extern void KmOptionsDefaults(KmOptions *opts);
+extern void KmOptionsFromJsonb(KmOptions *opts, Jsonb *options);
+extern void KmOptionsSetInit(KmOptions *opts, const char *init);
+extern void KmOptionsSetMetric(KmOptions *opts, const char *metric);
+extern void KmOptionsSetInitCentroids(KmOptions *opts, ArrayType *centroids);
+extern void KmOptionsFixSeed(KmOptions *opts);
+extern void KmOptionsCheck(const KmOptions *opts);
+extern void KmOptionsCheckData(const KmOptions *opts, int64 n, int dim);
+extern const char *KmMetricName(km_metric metric);
+extern const char *KmInitName(km_init init);
+
+/* vector_input.c: checked vectors, and rows gathered into chunks */
+extern int	KmVectorDim(ArrayType *vec);
+extern void KmVectorRead(ArrayType *vec, int dim, float *out);
+extern void KmCheckDimension(int expected, int got);
+
+typedef struct KmMatrix
+{
+	MemoryContext context;		/* where chunks live */
+	int			dim;			/* 0 until the first row */
+	int64		n;				/* rows */
+	int			nchunks;
+	int			maxchunks;
+	km_chunk   *chunks;
+	float	   *weights_next;	/* weight slot of the last row, if weighted */
+	int64		last_capacity;	/* rows the last chunk can hold */
+	bool		weighted;
+	bool		cosine;			/* reject zero vectors as they arrive */
+	Size		bytes;			/* allocated for rows and weights */
+} KmMatrix;
+
+extern void KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine);
+extern float *KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got);
+extern float *KmMatrixAppend(KmMatrix *m, int dim);
+extern void KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n);
+extern void KmMatrixSetLastWeight(KmMatrix *m, float weight);
+extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec);
+extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
+extern km_data KmMatrixData(const KmMatrix *m);
+extern void KmCheckMemory(Size needed, const char *what);
+
+/* engine_call.c: run an engine from a backend */
+typedef struct KmFitOutput
+{
+	float	   *centroids;		/* k x dim */
+	int64	   *sizes;
+	double	   *cluster_inertia;
+	int32	   *labels;			/* n, when asked for */
+	double		inertia;
+	int			iterations;
+	bool		converged;
+	int			relocated;
+	int64		seed;			/* the seed used */
+	const char *engine;
+} KmFitOutput;
+
+extern Size KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels);
+extern void KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
+					 KmFitOutput *out);
+extern void KmRunAssign(const km_data *data, const float *centroids, int k,
+						km_metric metric, int32 *labels, double *distances);
+
+/* model.c: the kmeans_model composite */
+typedef struct KmModel
+{
+	int			k;
+	int			dim;
+	km_metric	metric;
+	float	   *centroids;		/* k x dim */
+	double	   *cnorms;			/* k norms, for cosine */
+	int64	   *sizes;			/* k, or NULL */
+	double	   *cluster_inertia;	/* k, or NULL */
+} KmModel;
+
+extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,
+						 const KmFitOutput *fit, int dim, int64 n_rows,
+						 int64 n_skipped);
+extern void KmModelRead(HeapTupleHeader model, KmModel *out);
+extern int	KmModelNearest(const KmModel *model, const float *vec, double *distance);
+
+/* table_scan.c: one pass over a table's column */
+typedef struct KmScanSpec
+{
+	Oid			relid;
+	const char *vector_column;
+	const char *weight_column;	/* or NULL */
+	const char *id_column;		/* or NULL */
+} KmScanSpec;
+
+/* values: the vector, then the weight and the id when the spec names them */
+typedef void (*KmScanRow) (void *arg, Datum *values, bool *nulls);
+
+extern void KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg);
+extern double KmEstimateRows(Oid relid);
+
+/* srf.c */
+struct ReturnSetInfo;
+extern struct ReturnSetInfo *KmMaterialize(FunctionCallInfo fcinfo);
+
+/* spill.c: partial aggregate states passed through files */
+extern void KmSpillInit(void);
+extern char *KmSpillCreate(int *fd);
+extern void KmSpillWrite(int fd, const char *path, const void *data, Size len);
+extern void KmSpillClose(int fd, const char *path);
+extern int	KmSpillOpen(const char *path);
+extern void KmSpillRead(int fd, const char *path, void *data, Size len);
+extern void KmSpillRemove(int fd, const char *path);
+
+#endif							/* KMEANS_GPU_H */
