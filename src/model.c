@@ -196,9 +196,17 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 		BadModel("centroids must be a two-dimensional array (k rows of dim values), not %d-dimensional",
 				 ARR_NDIM(centroids), 0);
 	if (ARR_DIMS(centroids)[0] != k)
-		BadModel("centroids has %d rows, but k is %d", ARR_DIMS(centroids)[0], k);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg_plural("invalid kmeans_model: centroids has %d row, but k is %d",
+							   "invalid kmeans_model: centroids has %d rows, but k is %d",
+							   ARR_DIMS(centroids)[0], ARR_DIMS(centroids)[0], k)));
 	if (ARR_DIMS(centroids)[1] != dim)
-		BadModel("centroids has %d values per row, but dim is %d", ARR_DIMS(centroids)[1], dim);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg_plural("invalid kmeans_model: centroids has %d value per row, but dim is %d",
+							   "invalid kmeans_model: centroids has %d values per row, but dim is %d",
+							   ARR_DIMS(centroids)[1], ARR_DIMS(centroids)[1], dim)));
 	if (array_contains_nulls(centroids))
 		BadModel("centroids contains NULL values", 0, 0);
 

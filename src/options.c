@@ -421,7 +421,9 @@ KmOptionsCheck(const KmOptions *opts)
 	if (opts->init_centroids != NULL && opts->init_rows != opts->k)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("init_centroids has %d rows, but k is %d", opts->init_rows, opts->k)));
+				 errmsg_plural("init_centroids has %d row, but k is %d",
+							   "init_centroids has %d rows, but k is %d",
+							   opts->init_rows, opts->init_rows, opts->k)));
 }
 
 /*

@@ -174,8 +174,9 @@ KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg)
 		memset(&options, 0, sizeof(options));
 		options.read_only = false;
 		options.dest = (DestReceiver *) &receiver;
+		/* a SELECT into a receiver of ours counts as SPI_OK_UTILITY */
 		ret = SPI_execute_extended(sql.data, &options);
-		if (ret != SPI_OK_SELECT)
+		if (ret < 0)
 			elog(ERROR, "kmeans scan failed: %s", SPI_result_code_string(ret));
 	}
 #else

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# make test: install what is missing, build, install, start a throwaway
+# server, run every suite, and end with one line "N passed, M failed".
+#
+# Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
+# pgTAP (test/tap), the scikit-learn comparison (test/compare), and a watch
+# over the server log for crashed backends and leaks.
+# KM_TEST_SKIP_BIG=1 skips the multi-gigabyte parallel test.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+test/scripts/ensure_deps.sh || exit 1
+make -s -j"$(nproc)" || exit 1
+make -s test/engine/engine_test || exit 1
+if [[ $(id -u) -eq 0 ]]; then
+	make -s install >/dev/null || exit 1
+else
+	sudo make -s install >/dev/null || exit 1
+fi
+
+tmp=$(mktemp -d /tmp/kmeans_gpu_test.XXXXXX)
+chmod 755 "$tmp"
+eval "$(test/scripts/pg_server.sh start "$tmp/pg")" || exit 1
+trap 'test/scripts/pg_server.sh stop "$tmp/pg"' EXIT
+
+passed=0
+failed=0
+summary=()
+
+# Count TAP results in file $2 for suite $1; $3 is the suite's exit status.
+count_tap() {
+	local name=$1 file=$2 status=$3 ok nok
+	ok=$(grep -cE '^[[:space:]]*ok [0-9]+' "$file")
+	nok=$(grep -cE '^[[:space:]]*not ok [0-9]+' "$file")
+	if [[ $status -ne 0 && $nok -eq 0 ]]; then
+		nok=1 # the suite died before reporting a failure
+		echo "$name: exited with status $status"
+	fi
+	passed=$((passed + ok))
+	failed=$((failed + nok))
+	summary+=("$name: $ok passed, $nok failed")
+}
+
+echo "== engine tests"
+test/engine/engine_test >"$tmp/engine.tap" 2>&1
+status=$?
+cat "$tmp/engine.tap"
+count_tap engine "$tmp/engine.tap" $status
+
+echo "== pg_regress"
+regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
+tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v '^kmeans_gpu--' | sort)
+mkdir -p "$tmp/regress"
+"$regress" --inputdir="$root" --outputdir="$tmp/regress" --bindir="$(pg_config --bindir)" \
+	--dbname=contrib_regression --load-extension=kmeans_gpu $tests >"$tmp/regress.log" 2>&1
+status=$?
+cat "$tmp/regress.log"
+ok=$(grep -cE '\.\.\. ok|^ok [0-9]+' "$tmp/regress.log")
+nok=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+' "$tmp/regress.log")
+[[ $status -ne 0 && $nok -eq 0 ]] && nok=1
+[[ -f "$tmp/regress/regression.diffs" ]] && cat "$tmp/regress/regression.diffs"
+passed=$((passed + ok))
+failed=$((failed + nok))
+summary+=("pg_regress: $ok passed, $nok failed")
+
+echo "== pgTAP"
+createdb tap && psql -q -d tap -c 'CREATE EXTENSION pgtap; CREATE EXTENSION kmeans_gpu;' || exit 1
+tapfiles=$(ls test/tap/*.sql | sort)
+if [[ "${KM_TEST_SKIP_BIG:-0}" == 1 ]]; then
+	tapfiles=$(echo "$tapfiles" | grep -v '_big_')
+fi
+pg_prove -v -d tap $tapfiles >"$tmp/pgtap.log" 2>&1
+status=$?
+cat "$tmp/pgtap.log"
+count_tap pgTAP "$tmp/pgtap.log" $status
+
+echo "== comparison with scikit-learn"
+/usr/bin/python3 test/compare/sklearn_compare.py >"$tmp/compare.tap" 2>&1
+status=$?
+cat "$tmp/compare.tap"
+count_tap sklearn "$tmp/compare.tap" $status
+
+echo "== server log watch"
+test/scripts/check_server_log.sh "$tmp/pg/server.log" >"$tmp/logwatch.tap" 2>&1
+status=$?
+cat "$tmp/logwatch.tap"
+count_tap "server log" "$tmp/logwatch.tap" $status
+
+echo
+for line in "${summary[@]}"; do echo "  $line"; done
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
