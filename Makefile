@@ -1,6 +1,6 @@
 # kmeans_gpu: PGXS build.
 #
-#   make && make install     the extension (needs postgresql-server-dev and OpenBLAS)
+#   make && make install     the extension (needs postgresql-server-dev)
 #   make test                everything a fresh Debian 12 machine needs, then every suite
 #   make demo                Fashion-MNIST clustered in a throwaway server
 #   make bench               CPU engine against scikit-learn (test/bench)
@@ -18,17 +18,12 @@ OBJS = $(SQL_SRCS:.c=.o) $(ENGINE_SRCS:.c=.o)
 REGRESS = $(filter-out kmeans_gpu--%,$(basename $(notdir $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
-# OpenBLAS, single-threaded flavour: the engine runs its own threads and calls
-# sgemm from each of them (Debian's serial build is thread-safe for that).
-MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-BLAS_INC ?= /usr/include/$(MULTIARCH)/openblas-serial
-BLAS_LIB ?= /usr/lib/$(MULTIARCH)/openblas-serial
-BLAS_LDFLAGS = -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
-
 # -ffp-contract=off: km_exact.h must round every step the way the GPU does.
-PG_CPPFLAGS = -Isrc/engine -I$(BLAS_INC)
+# The CPU engine has its own fused distance kernel (src/engine/cpu_filter.c)
+# and needs no BLAS.
+PG_CPPFLAGS = -Isrc/engine
 PG_CFLAGS = -ffp-contract=off -pthread
-SHLIB_LINK = $(BLAS_LDFLAGS) -lpthread -lm
+SHLIB_LINK = -lpthread -lm
 
 EXTRA_CLEAN = test/bench/kmeans_bench test/engine/engine_test
 
@@ -67,14 +62,17 @@ EXTRA_CLEAN += $(CUDA_SO)
 endif
 endif
 
+# Every object depends on every header (PGXS tracks no header dependencies).
+$(OBJS): $(wildcard src/*.h src/engine/*.h)
+
 # Standalone programs on the engine alone (no PostgreSQL).
-STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/engine -I$(BLAS_INC)
+STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/engine
 
 test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
-	$(CC) $(STANDALONE_CFLAGS) -o $@ test/bench/kmeans_bench.c $(ENGINE_SRCS) $(BLAS_LDFLAGS) -lpthread -lm
+	$(CC) $(STANDALONE_CFLAGS) -o $@ test/bench/kmeans_bench.c $(ENGINE_SRCS) -lpthread -lm
 
 test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
-	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) $(BLAS_LDFLAGS) -lpthread -lm
+	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) -lpthread -lm
 
 .PHONY: test demo bench install-cuda uninstall-cuda
 test:

@@ -6,7 +6,6 @@ set -euo pipefail
 packages=(
 	make gcc
 	postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
-	libopenblas-serial-dev
 	python3-numpy python3-sklearn python3-psycopg2
 	dataset-fashion-mnist
 )

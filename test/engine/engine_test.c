@@ -1,0 +1,1491 @@
+/*
+ * engine_test.c
+ *	  TAP tests of the CPU engine (make test/engine/engine_test).
+ *
+ * Checks the rules of kmeans_engine.h against brute force: exact labels,
+ * order and thread independence, weights, re-seeding of empty clusters,
+ * stopping rules, n_init, cancellation, memory accounting and errors.
+ * Prints "ok N - ..." / "not ok N - ..." lines and the plan; exits nonzero
+ * if anything failed.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kmeans_engine.h"
+#include "km_exact.h"
+#include "cpu_internal.h"
+
+static int	n_tests;
+static int	n_failed;
+
+/* One TAP result line; diagnostics follow as "# " lines. */
+static int
+ok(int cond, const char *fmt, ...)
+{
+	va_list		ap;
+
+	n_tests++;
+	if (!cond)
+		n_failed++;
+	printf("%sok %d - ", cond ? "" : "not ", n_tests);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	return cond;
+}
+
+static void
+diag(const char *fmt, ...)
+{
+	va_list		ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+/* ---------------------------------------------------------------------- */
+/* random numbers */
+
+static uint64_t
+rnd_next(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static double
+rnd_unif(uint64_t *s)
+{
+	return ((double) (rnd_next(s) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double
+rnd_norm(uint64_t *s)
+{
+	return sqrt(-2.0 * log(rnd_unif(s))) * cos(6.283185307179586 * rnd_unif(s));
+}
+
+/* ---------------------------------------------------------------------- */
+/* hooks that count memory, polls and reports */
+
+typedef struct test_ctx
+{
+	int64_t		live_blocks;
+	size_t		live_bytes;
+	size_t		peak_bytes;
+	int64_t		allocs;
+	int			fail_after;		/* > 0: the n-th allocation fails */
+	int			polls;
+	int			stop_after_polls;	/* > 0: poll says stop from then on */
+	int			reports;
+	int			stop_after_reports;
+	int			check_signals;
+	int			signals_ok;
+	int			threads_seen;
+	/* what reports said */
+	int			phases[4];
+	double		finish_inertia[16];
+	int			last_seed_done;
+	int			first_relocated;
+} test_ctx;
+
+static void *
+t_alloc(void *ctx, size_t size)
+{
+	test_ctx   *t = (test_ctx *) ctx;
+	size_t	   *p;
+
+	t->allocs++;
+	if (t->fail_after > 0 && t->allocs >= t->fail_after)
+		return NULL;
+	p = malloc(size + 16);
+	if (p == NULL)
+		return NULL;
+	p[0] = size;
+	t->live_blocks++;
+	t->live_bytes += size;
+	if (t->live_bytes > t->peak_bytes)
+		t->peak_bytes = t->live_bytes;
+	return (char *) p + 16;
+}
+
+static void
+t_free(void *ctx, void *ptr)
+{
+	test_ctx   *t = (test_ctx *) ctx;
+	size_t	   *p = (size_t *) ((char *) ptr - 16);
+
+	t->live_blocks--;
+	t->live_bytes -= p[0];
+	free(p);
+}
+
+/* Whether every thread but the caller blocks all blockable signals. */
+static int
+workers_block_signals(int *nthreads)
+{
+	DIR		   *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	long		self = syscall(SYS_gettid);
+	int			good = 1;
+
+	*nthreads = 0;
+	if (dir == NULL)
+		return 1;
+	while ((e = readdir(dir)) != NULL)
+	{
+		char		path[128];
+		char		line[256];
+		FILE	   *f;
+		long		tid = atol(e->d_name);
+
+		if (tid <= 0)
+			continue;
+		(*nthreads)++;
+		if (tid == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/status", tid);
+		f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		while (fgets(line, sizeof(line), f) != NULL)
+			if (strncmp(line, "SigBlk:", 7) == 0)
+			{
+				unsigned long long m = strtoull(line + 7, NULL, 16);
+
+				/* KILL, STOP and glibc's own 32, 33 cannot be blocked */
+				unsigned long long must = 0xffffffffffffffffULL &
+					~((1ULL << 8) | (1ULL << 18) | (1ULL << 31) | (1ULL << 32));
+
+				if ((m & must) != must)
+					good = 0;
+			}
+		fclose(f);
+	}
+	closedir(dir);
+	return good;
+}
+
+static int
+t_poll(void *ctx)
+{
+	test_ctx   *t = (test_ctx *) ctx;
+
+	t->polls++;
+	if (t->check_signals && t->polls == 3)
+	{
+		int			nth;
+
+		t->signals_ok = workers_block_signals(&nth);
+		if (nth > t->threads_seen)
+			t->threads_seen = nth;
+	}
+	return t->stop_after_polls > 0 && t->polls >= t->stop_after_polls;
+}
+
+static int
+t_report(void *ctx, const km_progress *p)
+{
+	test_ctx   *t = (test_ctx *) ctx;
+
+	t->reports++;
+	if (p->phase >= 0 && p->phase < 4)
+		t->phases[p->phase]++;
+	if (p->phase == KM_PHASE_FINISH && p->run < 16)
+		t->finish_inertia[p->run] = p->inertia;
+	if (p->phase == KM_PHASE_SEED)
+		t->last_seed_done = (int) p->done;
+	if (p->phase == KM_PHASE_ITERATE && p->iteration == 1 && p->run == 0)
+		t->first_relocated = p->relocated;
+	return t->stop_after_reports > 0 && t->reports >= t->stop_after_reports;
+}
+
+static km_hooks
+hooks_for(test_ctx *t, int threads)
+{
+	km_hooks	h;
+
+	memset(t, 0, sizeof(*t));
+	memset(&h, 0, sizeof(h));
+	h.ctx = t;
+	h.alloc = t_alloc;
+	h.free = t_free;
+	h.poll = t_poll;
+	h.report = t_report;
+	h.n_threads = threads;
+	return h;
+}
+
+/* Threads of this process right now (1 when every worker was joined). */
+static int
+thread_count(void)
+{
+	DIR		   *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	int			n = 0;
+
+	if (dir == NULL)
+		return 1;
+	while ((e = readdir(dir)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* data sets */
+
+typedef struct dataset
+{
+	int64_t		n;
+	int			d;
+	float	   *x;
+	float	   *w;				/* NULL: unweighted */
+	int			nchunks;
+	km_chunk	chunks[8];
+	km_data		data;
+} dataset;
+
+/* Point ds->data at its rows, cut into nchunks chunks of uneven size. */
+static void
+ds_chunk(dataset *ds, int nchunks)
+{
+	int64_t		at = 0;
+
+	ds->nchunks = nchunks;
+	for (int c = 0; c < nchunks; c++)
+	{
+		int64_t		end = c == nchunks - 1 ? ds->n : ds->n * (c + 1) * (c + 1) / (nchunks * nchunks);
+
+		ds->chunks[c].x = ds->x + at * ds->d;
+		ds->chunks[c].w = ds->w != NULL ? ds->w + at : NULL;
+		ds->chunks[c].n = end - at;
+		at = end;
+	}
+	ds->data.d = ds->d;
+	ds->data.n = ds->n;
+	ds->data.nchunks = nchunks;
+	ds->data.chunks = ds->chunks;
+}
+
+/* The km_data of a data set (fixed up: data sets are copied by value). */
+static const km_data *
+ds_data(dataset *ds)
+{
+	ds->data.chunks = ds->chunks;
+	return &ds->data;
+}
+
+static dataset
+ds_alloc(int64_t n, int d, int weighted)
+{
+	dataset		ds;
+
+	memset(&ds, 0, sizeof(ds));
+	ds.n = n;
+	ds.d = d;
+	ds.x = calloc((size_t) n * d, sizeof(float));
+	ds.w = weighted ? calloc(n, sizeof(float)) : NULL;
+	ds_chunk(&ds, 1);
+	return ds;
+}
+
+static void
+ds_free(dataset *ds)
+{
+	free(ds->x);
+	free(ds->w);
+}
+
+/* Gaussian blobs: nb centres spread by sep, unit noise, plus an offset. */
+static dataset
+ds_blobs(int64_t n, int d, int nb, double sep, double offset, uint64_t seed,
+		 int32_t *truth)
+{
+	dataset		ds = ds_alloc(n, d, 0);
+	double	   *centres = malloc(sizeof(double) * nb * d);
+	uint64_t	s = seed * 7919 + 17;
+
+	for (int i = 0; i < nb * d; i++)
+		centres[i] = sep * rnd_norm(&s);
+	for (int64_t r = 0; r < n; r++)
+	{
+		int			b = (int) (rnd_next(&s) % nb);
+
+		if (truth != NULL)
+			truth[r] = b;
+		for (int i = 0; i < d; i++)
+			ds.x[r * d + i] = (float) (offset + centres[b * d + i] + rnd_norm(&s));
+	}
+	free(centres);
+	return ds;
+}
+
+/* ---------------------------------------------------------------------- */
+/* fit and result helpers */
+
+typedef struct fitres
+{
+	km_result	r;
+	km_status	status;
+	km_error	error;
+	int			k;
+	int			d;
+} fitres;
+
+static fitres
+do_fit(const km_data *data, const km_params *p, const km_hooks *h, int want_labels)
+{
+	fitres		f;
+
+	memset(&f, 0, sizeof(f));
+	f.k = p->k;
+	f.d = data->d;
+	f.r.centroids = calloc((size_t) p->k * data->d + 1, sizeof(float));
+	f.r.sizes = calloc(p->k + 1, sizeof(int64_t));
+	f.r.cluster_inertia = calloc(p->k + 1, sizeof(double));
+	f.r.labels = want_labels ? calloc(data->n + 1, sizeof(int32_t)) : NULL;
+	f.status = km_cpu_engine.fit(data, p, h, &f.r, &f.error);
+	return f;
+}
+
+static void
+fit_free(fitres *f)
+{
+	free(f->r.centroids);
+	free(f->r.sizes);
+	free(f->r.cluster_inertia);
+	free(f->r.labels);
+}
+
+static km_params
+params_for(int k, km_init init, km_metric metric, uint64_t seed)
+{
+	km_params	p;
+
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = 100;
+	p.tol = 0.0;
+	p.init = init;
+	p.metric = metric;
+	p.seed = seed;
+	p.n_init = 1;
+	return p;
+}
+
+/* Largest |a - b| / max(1, |b|) over count floats. */
+static double
+max_rel(const float *a, const float *b, size_t count)
+{
+	double		m = 0.0;
+
+	for (size_t i = 0; i < count; i++)
+	{
+		double		den = fabs((double) b[i]) > 1.0 ? fabs((double) b[i]) : 1.0;
+		double		e = fabs((double) a[i] - b[i]) / den;
+
+		if (e > m || isnan(e))
+			m = isnan(e) ? INFINITY : e;
+	}
+	return m;
+}
+
+static int
+all_finite(const float *a, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		if (!isfinite(a[i]))
+			return 0;
+	return 1;
+}
+
+/*
+ * Brute force: exact labels and costs of every row for centroids c, as
+ * km_exact_nearest decides them (cosine on normalised rows).
+ */
+static void
+brute_labels(const dataset *ds, const float *c, int k, int cosine,
+			 int32_t *labels, double *costs)
+{
+	const int	d = ds->d;
+	double	   *cn = malloc(sizeof(double) * k);
+	float	   *xr = malloc(sizeof(float) * d);
+
+	for (int j = 0; j < k; j++)
+		cn[j] = km_exact_norm(c + (size_t) j * d, d);
+	for (int64_t r = 0; r < ds->n; r++)
+	{
+		double		cost;
+
+		memcpy(xr, ds->x + r * d, sizeof(float) * d);
+		if (cosine)
+			km_normalize_row(xr, xr, d);
+		labels[r] = km_exact_nearest(xr, c, cosine ? cn : NULL, k, d, cosine, &cost);
+		if (costs != NULL)
+			costs[r] = cost;
+	}
+	free(cn);
+	free(xr);
+}
+
+/* ---------------------------------------------------------------------- */
+/* tests */
+
+/*
+ * Random assignment problems with the traps: far offsets, duplicated rows,
+ * rows sitting on centroids and exact ties (small integer coordinates).
+ */
+static void
+test_exact_labels(void)
+{
+	static const int dims[] = {1, 2, 3, 4, 5, 8, 17, 64, 130};
+	static const int ks[] = {1, 2, 3, 7, 16, 17, 40, 100};
+	uint64_t	s = 12345;
+	int			problems = 0;
+	int			bad = 0;
+	int			ties = 0;
+	char		first_bad[256] = "";
+
+	for (int trial = 0; trial < 72; trial++)
+	{
+		int			d = dims[trial % 9];
+		int			k = ks[(trial / 9) % 8];
+		int			kind = trial % 4;	/* 0 normal, 1 offset, 2 integers, 3 duplicates */
+		int			cosine = (trial / 3) % 2;
+		int			threads = 1 + trial % 4;
+		int64_t		n = 50 + (int64_t) (rnd_next(&s) % 3000);
+		dataset		ds = ds_alloc(n, d, 0);
+		float	   *c = malloc(sizeof(float) * k * d);
+		int32_t    *lab = malloc(sizeof(int32_t) * n);
+		int32_t    *ref = malloc(sizeof(int32_t) * n);
+		double	   *dist = malloc(sizeof(double) * n);
+		double	   *cost = malloc(sizeof(double) * n);
+		km_hooks	h;
+		test_ctx	t;
+		km_error	err;
+		km_status	st;
+		int			mism = 0;
+		double		derr = 0.0;
+
+		for (int i = 0; i < k * d; i++)
+			c[i] = kind == 2 ? (float) (rnd_next(&s) % 4) : (float) rnd_norm(&s);
+		for (int64_t r = 0; r < n; r++)
+			for (int i = 0; i < d; i++)
+			{
+				float	   *v = &ds.x[r * d + i];
+
+				if (kind == 2)
+					*v = (float) (rnd_next(&s) % 4);
+				else
+					*v = (float) (1.5 * rnd_norm(&s));
+			}
+		if (kind == 1)
+		{
+			for (int64_t i = 0; i < n * d; i++)
+				ds.x[i] += 1e4f;
+			for (int i = 0; i < k * d; i++)
+				c[i] += 1e4f;
+		}
+		if (kind == 3)
+		{
+			/* duplicated rows, and rows equal to centroids */
+			for (int64_t r = 1; r < n; r += 3)
+				memcpy(ds.x + r * d, ds.x + (r - 1) * d, sizeof(float) * d);
+			for (int64_t r = 2; r < n; r += 7)
+				memcpy(ds.x + r * d, c + (r % k) * d, sizeof(float) * d);
+		}
+		if (cosine)
+		{
+			/* cosine needs nonzero rows and centroids */
+			for (int64_t r = 0; r < n; r++)
+				if (km_exact_norm(ds.x + r * d, d) == 0.0)
+					ds.x[r * d] = 1.0f;
+			for (int j = 0; j < k; j++)
+				if (km_exact_norm(c + j * d, d) == 0.0)
+					c[j * d] = 1.0f;
+		}
+		ds_chunk(&ds, 1 + trial % 3);
+
+		h = hooks_for(&t, threads);
+		st = km_cpu_engine.assign(ds_data(&ds), c, k, cosine ? KM_METRIC_COSINE : KM_METRIC_L2,
+								  lab, dist, &h, &err);
+		brute_labels(&ds, c, k, cosine, ref, cost);
+		for (int64_t r = 0; r < n; r++)
+		{
+			double		want = km_cost_to_distance(cost[r], cosine);
+
+			if (lab[r] != ref[r])
+				mism++;
+			if (fabs(dist[r] - want) > derr)
+				derr = fabs(dist[r] - want);
+		}
+		if (kind == 2)
+		{
+			/* count rows with an exact tie for the best centroid */
+			for (int64_t r = 0; r < n; r++)
+				for (int j = ref[r] + 1; j < k; j++)
+					if (km_exact_cost(ds.x + r * d, c + j * d, 0, d, 0) == cost[r] && !cosine)
+					{
+						ties++;
+						break;
+					}
+		}
+		problems++;
+		if (st != KM_OK || mism > 0 || derr != 0.0 || t.live_blocks != 0)
+		{
+			bad++;
+			if (first_bad[0] == '\0')
+				snprintf(first_bad, sizeof(first_bad),
+						 "trial %d: n %lld d %d k %d kind %d cosine %d threads %d: status %d, %d labels differ, distance error %g, %lld blocks leaked",
+						 trial, (long long) n, d, k, kind, cosine, threads, (int) st, mism,
+						 derr, (long long) t.live_blocks);
+		}
+		ds_free(&ds);
+		free(c);
+		free(lab);
+		free(ref);
+		free(dist);
+		free(cost);
+	}
+	if (!ok(bad == 0, "assign: labels and distances equal brute-force km_exact_nearest on %d random problems (offsets, duplicates, %d exact ties, both metrics, 1-4 threads)", problems, ties))
+		diag("%s", first_bad);
+	ok(ties > 100, "the integer problems contain exact ties (%d)", ties);
+}
+
+/*
+ * Rows so large that the float filter overflows (|x|^2 > FLT_MAX): the
+ * exact check still decides every label.
+ */
+static void
+test_huge_values(void)
+{
+	uint64_t	s = 4242;
+	int			all_ok = 1;
+
+	for (int trial = 0; trial < 4; trial++)
+	{
+		int			d = trial % 2 ? 3 : 24;
+		int			k = 9;
+		dataset		ds = ds_alloc(500, d, 0);
+		float	   *c = malloc(sizeof(float) * k * d);
+		int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+		int32_t    *ref = malloc(sizeof(int32_t) * ds.n);
+		km_hooks	h;
+		test_ctx	t;
+		km_error	err;
+
+		for (int64_t i = 0; i < ds.n * d; i++)
+			ds.x[i] = (float) (1e20 * rnd_norm(&s));
+		for (int i = 0; i < k * d; i++)
+			c[i] = (float) (1e20 * rnd_norm(&s));
+		h = hooks_for(&t, 2);
+		if (km_cpu_engine.assign(ds_data(&ds), c, k, trial < 2 ? KM_METRIC_L2 : KM_METRIC_COSINE,
+								 lab, NULL, &h, &err) != KM_OK)
+			all_ok = 0;
+		brute_labels(&ds, c, k, trial >= 2, ref, NULL);
+		if (memcmp(lab, ref, sizeof(int32_t) * ds.n) != 0)
+			all_ok = 0;
+		ds_free(&ds);
+		free(c);
+		free(lab);
+		free(ref);
+	}
+	ok(all_ok, "rows of magnitude 1e20 (the float filter overflows): labels still exact");
+}
+
+/*
+ * The portable kernel (what runs without AVX2) against the AVX2 one: both
+ * lead to the same exact labels.  White-box: drives the passes directly.
+ */
+static void
+test_portable_kernel(void)
+{
+	uint64_t	s = 99;
+	int			bad = 0;
+	int			runs = 0;
+
+	for (int trial = 0; trial < 12; trial++)
+	{
+		int			d = (int[]) {2, 3, 9, 33} [trial % 4];
+		int			k = (int[]) {1, 5, 16, 37} [trial / 3 % 4];
+		int			cosine = trial % 2;
+		int64_t		n = 700;
+		dataset		ds = ds_alloc(n, d, 0);
+		float	   *c = malloc(sizeof(float) * k * d);
+		int32_t    *ref = malloc(sizeof(int32_t) * n);
+		int32_t    *got = malloc(sizeof(int32_t) * n);
+
+		for (int64_t i = 0; i < n * d; i++)
+			ds.x[i] = (float) (rnd_next(&s) % 5) + (trial % 3 == 0 ? 0.0f : 1000.0f);
+		for (int i = 0; i < k * d; i++)
+			c[i] = (float) (rnd_next(&s) % 5) + (trial % 3 == 0 ? 0.0f : 1000.0f);
+		/* cosine needs nonzero rows and centroids */
+		for (int64_t r = 0; r < n; r++)
+			if (km_exact_norm(ds.x + r * d, d) == 0.0)
+				ds.x[r * d] = 1.0f;
+		for (int j = 0; j < k; j++)
+			if (km_exact_norm(c + j * d, d) == 0.0)
+				c[j * d] = 1.0f;
+		brute_labels(&ds, c, k, cosine, ref, NULL);
+
+		for (int avx2 = 0; avx2 <= km_cpu_have_avx2(); avx2++)
+		{
+			km_cpu_state st;
+			km_cpu_arena arena;
+			km_hooks	h;
+			double		sqsum = 0.0;
+
+			memset(&h, 0, sizeof(h));
+			memset(&st, 0, sizeof(st));
+			st.data = ds_data(&ds);
+			st.n = n;
+			st.d = d;
+			st.k = k;
+			st.cosine = cosine;
+			st.hooks = &h;
+			st.avx2 = avx2;
+			km_cpu_plan(&st, n, d, k, 1);
+			km_cpu_arena_init(&arena, &h, 0);
+			if (!km_cpu_setup(&st, &arena, KM_CPU_CALL_ASSIGN, 0, 0, 0))
+			{
+				bad++;
+				km_cpu_arena_free(&arena);
+				continue;
+			}
+			for (int i = 0; i < d; i++)
+				st.mu[i] = c[i];
+			for (int j = 0; j < k; j++)
+				sqsum += km_cpu_sqnorm(avx2, c + j * d, d);
+			km_cpu_choose_mu(&st, NULL, sqsum, k);
+			km_cpu_set_centroids(&st, c);
+			km_pool_start(&st.pool, st.threads, 1);
+			st.nthreads = 1;
+			st.labels_out = got;
+			km_cpu_pass(&st, KM_CPU_ASSIGN);
+			km_cpu_arena_free(&arena);
+			runs++;
+			if (memcmp(got, ref, sizeof(int32_t) * n) != 0)
+			{
+				int			mism = 0;
+
+				for (int64_t r = 0; r < n; r++)
+					mism += got[r] != ref[r];
+				diag("%s kernel, d %d k %d %s: %d of %lld labels differ",
+					 avx2 ? "AVX2" : "portable", d, k, cosine ? "cosine" : "l2",
+					 mism, (long long) n);
+				bad++;
+			}
+		}
+		ds_free(&ds);
+		free(c);
+		free(ref);
+		free(got);
+	}
+	ok(bad == 0 && runs > 0, "portable and AVX2 filter kernels give the exact labels (%d runs, AVX2 %s)",
+	   runs, km_cpu_have_avx2() ? "available" : "not available");
+}
+
+/* k-means++ finds well separated blobs. */
+static void
+test_blobs(void)
+{
+	const int	nb = 6;
+	int32_t    *truth = malloc(sizeof(int32_t) * 6000);
+	dataset		ds = ds_blobs(6000, 8, nb, 20.0, 0.0, 7, truth);
+	km_params	p = params_for(nb, KM_INIT_KMEANSPP, KM_METRIC_L2, 42);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	fitres		f;
+	int			map[16];
+	int			pure = 1;
+	int			distinct = 1;
+
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	for (int b = 0; b < nb; b++)
+		map[b] = -1;
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		if (map[truth[r]] < 0)
+			map[truth[r]] = f.r.labels[r];
+		else if (map[truth[r]] != f.r.labels[r])
+			pure = 0;
+	}
+	for (int a = 0; a < nb; a++)
+		for (int b = a + 1; b < nb; b++)
+			if (map[a] == map[b])
+				distinct = 0;
+	ok(f.status == KM_OK && pure && distinct && f.r.converged,
+	   "k-means++ recovers %d planted Gaussian blobs exactly (iterations %d)", nb, f.r.iterations);
+	ok(t.phases[KM_PHASE_PREPARE] == 1 && t.last_seed_done == nb &&
+	   t.phases[KM_PHASE_ITERATE] == f.r.iterations && t.phases[KM_PHASE_FINISH] == 1,
+	   "reports: prepare once, seeding up to k, one per iteration, finish once");
+	ok(t.live_blocks == 0 && thread_count() == 1, "fit frees everything and joins its threads");
+	fit_free(&f);
+	ds_free(&ds);
+	free(truth);
+}
+
+/* The same call twice gives the same model, bit for bit. */
+static void
+test_deterministic(void)
+{
+	dataset		ds = ds_blobs(8000, 12, 10, 3.0, 5.0, 3, NULL);
+	int			same = 1;
+
+	for (int m = 0; m < 2; m++)
+	{
+		km_params	p = params_for(9, KM_INIT_KMEANSPP, m ? KM_METRIC_COSINE : KM_METRIC_L2, 5);
+		test_ctx	t1,
+					t2;
+		km_hooks	h1 = hooks_for(&t1, 2);
+		km_hooks	h2 = hooks_for(&t2, 2);
+		fitres		a,
+					b;
+
+		p.n_init = 2;
+		a = do_fit(ds_data(&ds), &p, &h1, 1);
+		b = do_fit(ds_data(&ds), &p, &h2, 1);
+		if (a.status != KM_OK || b.status != KM_OK ||
+			memcmp(a.r.centroids, b.r.centroids, sizeof(float) * 9 * 12) != 0 ||
+			memcmp(a.r.labels, b.r.labels, sizeof(int32_t) * ds.n) != 0 ||
+			a.r.inertia != b.r.inertia || a.r.iterations != b.r.iterations)
+			same = 0;
+		fit_free(&a);
+		fit_free(&b);
+	}
+	ok(same, "same data, seed and threads: identical model (l2 and cosine, n_init 2)");
+	ds_free(&ds);
+}
+
+/*
+ * Rows shuffled (weights with them) and cut into other chunks: the same
+ * model, up to rounding of double sums.
+ */
+static void
+test_order_independence(void)
+{
+	static const km_init inits[] = {KM_INIT_KMEANSPP, KM_INIT_RANDOM};
+	dataset		ds = ds_blobs(9000, 10, 8, 2.5, 3.0, 11, NULL);
+	dataset		sh = ds_alloc(9000, 10, 1);
+	int64_t    *perm = malloc(sizeof(int64_t) * ds.n);
+	uint64_t	s = 5;
+
+	ds.w = malloc(sizeof(float) * ds.n);
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		ds.w[r] = (float) (1 + rnd_next(&s) % 3);
+		perm[r] = r;
+	}
+	for (int64_t r = ds.n - 1; r > 0; r--)
+	{
+		int64_t		q = (int64_t) (rnd_next(&s) % (uint64_t) (r + 1));
+		int64_t		tmp = perm[r];
+
+		perm[r] = perm[q];
+		perm[q] = tmp;
+	}
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		memcpy(sh.x + r * 10, ds.x + perm[r] * 10, sizeof(float) * 10);
+		sh.w[r] = ds.w[perm[r]];
+	}
+	ds_chunk(&ds, 1);
+	ds_chunk(&sh, 5);
+
+	for (int m = 0; m < 2; m++)
+		for (int ii = 0; ii < 2; ii++)
+		{
+			km_params	p = params_for(7, inits[ii], m ? KM_METRIC_COSINE : KM_METRIC_L2, 77);
+			test_ctx	t1,
+						t2;
+			km_hooks	h1 = hooks_for(&t1, 1);
+			km_hooks	h2 = hooks_for(&t2, 3);
+			fitres		a,
+						b;
+			double		ce;
+			int			sizes_same;
+			int			labels_same = 1;
+
+			p.n_init = 2;
+			a = do_fit(ds_data(&ds), &p, &h1, 1);
+			b = do_fit(ds_data(&sh), &p, &h2, 1);
+			ce = max_rel(b.r.centroids, a.r.centroids, 7 * 10);
+			sizes_same = memcmp(a.r.sizes, b.r.sizes, sizeof(int64_t) * 7) == 0;
+			for (int64_t r = 0; r < ds.n; r++)
+				if (b.r.labels[r] != a.r.labels[perm[r]])
+					labels_same = 0;
+			if (!ok(a.status == KM_OK && b.status == KM_OK && ce <= 1e-6 && sizes_same &&
+					labels_same && fabs(a.r.inertia - b.r.inertia) <= 1e-9 * a.r.inertia,
+					"shuffled rows in 5 chunks, 3 threads vs 1: same model (%s, %s init)",
+					m ? "cosine" : "l2", ii ? "random" : "k-means++"))
+				diag("centroid rel diff %g, sizes %s, labels %s, inertia %.17g vs %.17g",
+					 ce, sizes_same ? "same" : "differ", labels_same ? "same" : "differ",
+					 a.r.inertia, b.r.inertia);
+			fit_free(&a);
+			fit_free(&b);
+		}
+	free(perm);
+	ds_free(&ds);
+	ds_free(&sh);
+}
+
+/* 1 thread against several: same labels, centroids within 1e-6. */
+static void
+test_threads(void)
+{
+	dataset		ds = ds_blobs(20000, 16, 12, 2.0, 0.0, 21, NULL);
+	km_params	p = params_for(12, KM_INIT_KMEANSPP, KM_METRIC_L2, 9);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 1);
+	fitres		one = do_fit(ds_data(&ds), &p, &h, 1);
+
+	for (int threads = 2; threads <= 4; threads++)
+	{
+		fitres		many;
+		double		ce;
+
+		h = hooks_for(&t, threads);
+		t.check_signals = 1;
+		many = do_fit(ds_data(&ds), &p, &h, 1);
+		ce = max_rel(many.r.centroids, one.r.centroids, 12 * 16);
+		if (!ok(many.status == KM_OK &&
+				memcmp(many.r.labels, one.r.labels, sizeof(int32_t) * ds.n) == 0 && ce <= 1e-6,
+				"%d threads vs 1: same labels, centroids within 1e-6", threads))
+			diag("centroid rel diff %g", ce);
+		if (threads == 4)
+			ok(t.signals_ok && t.threads_seen == 4,
+			   "worker threads block every signal (%d threads seen)", t.threads_seen);
+		fit_free(&many);
+	}
+	fit_free(&one);
+	ds_free(&ds);
+}
+
+/* Integer weights are the same as repeating rows. */
+static void
+test_weights(void)
+{
+	dataset		ds = ds_blobs(3000, 6, 5, 2.0, 1.0, 31, NULL);
+	dataset		rep;
+	int64_t		nrep = 0;
+	uint64_t	s = 8;
+	float	   *init = malloc(sizeof(float) * 5 * 6);
+
+	ds.w = malloc(sizeof(float) * ds.n);
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		ds.w[r] = (float) (rnd_next(&s) % 4);
+		nrep += (int64_t) ds.w[r];
+	}
+	ds_chunk(&ds, 2);
+	rep = ds_alloc(nrep, 6, 0);
+	nrep = 0;
+	for (int64_t r = 0; r < ds.n; r++)
+		for (int c = 0; c < (int) ds.w[r]; c++)
+			memcpy(rep.x + (nrep++) * 6, ds.x + r * 6, sizeof(float) * 6);
+	memcpy(init, ds.x + 10 * 6, sizeof(float) * 5 * 6);
+
+	for (int m = 0; m < 2; m++)
+	{
+		km_params	p = params_for(5, KM_INIT_EXPLICIT, m ? KM_METRIC_COSINE : KM_METRIC_L2, 1);
+		test_ctx	t;
+		km_hooks	h = hooks_for(&t, 2);
+		fitres		a,
+					b;
+		double		ce;
+
+		p.init_centroids = init;
+		a = do_fit(ds_data(&ds), &p, &h, 0);
+		b = do_fit(ds_data(&rep), &p, &h, 0);
+		ce = max_rel(a.r.centroids, b.r.centroids, 5 * 6);
+		if (!ok(a.status == KM_OK && b.status == KM_OK && ce <= 1e-6 &&
+				fabs(a.r.inertia - b.r.inertia) <= 1e-9 * b.r.inertia &&
+				a.r.iterations == b.r.iterations,
+				"weights 0-3 equal repeating rows (%s)", m ? "cosine" : "l2"))
+			diag("centroid rel diff %g, inertia %.17g vs %.17g", ce, a.r.inertia, b.r.inertia);
+		fit_free(&a);
+		fit_free(&b);
+	}
+	free(init);
+	ds_free(&ds);
+	ds_free(&rep);
+}
+
+/*
+ * Empty clusters: two initial centroids far from every row get the two
+ * rows farthest from their first-iteration centroid, in that order, ties
+ * to the lower row.
+ */
+static void
+test_relocation(void)
+{
+	/* rows 5 and 6 tie for farthest from (0, 0); row 7 comes next */
+	static const float rows[][2] = {
+		{0, 0}, {1, 0}, {0, 1}, {-1, 0}, {0, -1}, {-3, 0}, {3, 0}, {0, 2}, {1, 1}, {0, 0}
+	};
+	float		init[3 * 2] = {0, 0, 1000, 1000, -1000, -1000};
+	dataset		tiny = ds_alloc(10, 2, 0);
+	dataset		ds = ds_blobs(500, 3, 2, 4.0, 0.0, 41, NULL);
+	float		binit[4 * 3];
+	km_params	p = params_for(3, KM_INIT_EXPLICIT, KM_METRIC_L2, 1);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+	double	   *cost = malloc(sizeof(double) * ds.n);
+	int64_t		far1 = -1,
+				far2 = -1;
+	fitres		f;
+
+	memcpy(tiny.x, rows, sizeof(rows));
+	p.init_centroids = init;
+	p.max_iter = 1;
+	f = do_fit(ds_data(&tiny), &p, &h, 1);
+	ok(f.status == KM_OK && f.r.relocated == 2 &&
+	   f.r.centroids[2] == -3.0f && f.r.centroids[3] == 0.0f &&
+	   f.r.centroids[4] == 3.0f && f.r.centroids[5] == 0.0f,
+	   "empty clusters 1 and 2 get the two farthest rows, tied, lower row first");
+	fit_free(&f);
+
+	/* two centroids on the data, two far away (clusters 1 and 3) */
+	memcpy(binit, ds.x, sizeof(float) * 3);
+	memcpy(binit + 6, ds.x + 3, sizeof(float) * 3);
+	for (int i = 0; i < 3; i++)
+	{
+		binit[3 + i] = 1e3f;
+		binit[9 + i] = -1e3f;
+	}
+	brute_labels(&ds, binit, 4, 0, lab, cost);
+	for (int64_t r = 0; r < ds.n; r++)
+		if (far1 < 0 || cost[r] > cost[far1])
+			far1 = r;
+	for (int64_t r = 0; r < ds.n; r++)
+		if (r != far1 && (far2 < 0 || cost[r] > cost[far2]))
+			far2 = r;
+
+	p = params_for(4, KM_INIT_EXPLICIT, KM_METRIC_L2, 1);
+	p.init_centroids = binit;
+	p.max_iter = 1;
+	h = hooks_for(&t, 2);
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	ok(f.status == KM_OK && f.r.relocated == 2 && t.first_relocated == 2 &&
+	   memcmp(f.r.centroids + 3, ds.x + far1 * 3, sizeof(float) * 3) == 0 &&
+	   memcmp(f.r.centroids + 9, ds.x + far2 * 3, sizeof(float) * 3) == 0,
+	   "blobs: empty clusters 1 and 3 get the farthest and second farthest rows");
+	ok(all_finite(f.r.centroids, 12), "no NaN after re-seeding");
+	fit_free(&f);
+
+	/* run to convergence: still finite, sizes add up */
+	p.max_iter = 100;
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	{
+		int64_t		sum = 0;
+
+		for (int j = 0; j < 4; j++)
+			sum += f.r.sizes[j];
+		ok(f.status == KM_OK && all_finite(f.r.centroids, 12) && sum == ds.n && f.r.converged,
+		   "re-seeded fit converges with finite centroids");
+	}
+	fit_free(&f);
+	free(lab);
+	free(cost);
+	ds_free(&ds);
+	ds_free(&tiny);
+}
+
+/* k == n, and fewer distinct rows than k. */
+static void
+test_degenerate(void)
+{
+	dataset		ds = ds_blobs(40, 5, 3, 3.0, 0.0, 51, NULL);
+	dataset		few = ds_alloc(60, 4, 0);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	km_params	p = params_for(40, KM_INIT_KMEANSPP, KM_METRIC_L2, 3);
+	fitres		f;
+	int			ones = 1;
+
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	for (int j = 0; j < 40; j++)
+		if (f.r.sizes[j] != 1)
+			ones = 0;
+	ok(f.status == KM_OK && ones && f.r.inertia == 0.0, "k == n: every row its own cluster, inertia 0");
+	fit_free(&f);
+
+	for (int64_t r = 0; r < few.n; r++)
+		for (int i = 0; i < 4; i++)
+			few.x[r * 4 + i] = (float) ((r % 3) * 2 + i);
+	for (int m = 0; m < 2; m++)
+		for (int ii = 0; ii < 2; ii++)
+		{
+			int64_t		sum = 0;
+
+			p = params_for(5, ii ? KM_INIT_RANDOM : KM_INIT_KMEANSPP,
+						   m ? KM_METRIC_COSINE : KM_METRIC_L2, 4);
+			h = hooks_for(&t, 2);
+			f = do_fit(ds_data(&few), &p, &h, 1);
+			for (int j = 0; j < 5; j++)
+				sum += f.r.sizes[j];
+			ok(f.status == KM_OK && all_finite(f.r.centroids, 20) && sum == few.n &&
+			   f.r.inertia < (m ? 1e-6 : 1e-12),
+			   "3 distinct rows, k = 5 (%s, %s): finite centroids, inertia %g",
+			   m ? "cosine" : "l2", ii ? "random" : "k-means++", f.r.inertia);
+			fit_free(&f);
+		}
+	ds_free(&ds);
+	ds_free(&few);
+}
+
+/* Cosine centroids are unit vectors; labels are exact for them. */
+static void
+test_cosine(void)
+{
+	dataset		ds = ds_blobs(5000, 20, 6, 2.0, 1.0, 61, NULL);
+	km_params	p = params_for(6, KM_INIT_KMEANSPP, KM_METRIC_COSINE, 8);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	fitres		f = do_fit(ds_data(&ds), &p, &h, 1);
+	int32_t    *ref = malloc(sizeof(int32_t) * ds.n);
+	double	   *cost = malloc(sizeof(double) * ds.n);
+	double		worst = 0.0;
+	double		inertia = 0.0;
+
+	for (int j = 0; j < 6; j++)
+	{
+		double		nrm = km_exact_norm(f.r.centroids + j * 20, 20);
+
+		if (fabs(nrm - 1.0) > worst)
+			worst = fabs(nrm - 1.0);
+	}
+	brute_labels(&ds, f.r.centroids, 6, 1, ref, cost);
+	for (int64_t r = 0; r < ds.n; r++)
+		inertia += cost[r];
+	ok(f.status == KM_OK && worst < 1e-6, "cosine centroids have unit norm (worst |1 - |c|| %g)", worst);
+	ok(memcmp(ref, f.r.labels, sizeof(int32_t) * ds.n) == 0 &&
+	   fabs(inertia - f.r.inertia) <= 1e-9 * inertia,
+	   "cosine fit: labels and inertia are exact for the final centroids");
+	fit_free(&f);
+	free(ref);
+	free(cost);
+	ds_free(&ds);
+}
+
+/* tol = 0 runs until no row moves; a large tol stops early. */
+static void
+test_tol(void)
+{
+	dataset		ds = ds_blobs(6000, 4, 8, 1.5, 0.0, 71, NULL);
+	km_params	p = params_for(8, KM_INIT_RANDOM, KM_METRIC_L2, 2);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	fitres		f;
+	int32_t    *ref = malloc(sizeof(int32_t) * ds.n);
+	double	   *sum = calloc(8 * 4, sizeof(double));
+	int64_t		cnt[8] = {0};
+	float		mean[8 * 4];
+
+	p.max_iter = 1000;
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	brute_labels(&ds, f.r.centroids, 8, 0, ref, NULL);
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		cnt[ref[r]]++;
+		for (int i = 0; i < 4; i++)
+			sum[ref[r] * 4 + i] += ds.x[r * 4 + i];
+	}
+	for (int j = 0; j < 8; j++)
+		for (int i = 0; i < 4; i++)
+			mean[j * 4 + i] = cnt[j] > 0 ? (float) (sum[j * 4 + i] / cnt[j]) : f.r.centroids[j * 4 + i];
+	ok(f.status == KM_OK && f.r.converged && f.r.iterations < 1000 &&
+	   memcmp(ref, f.r.labels, sizeof(int32_t) * ds.n) == 0 &&
+	   memcmp(mean, f.r.centroids, sizeof(mean)) == 0,
+	   "tol 0: stops when no row moves (%d iterations), a fixed point of Lloyd", f.r.iterations);
+	fit_free(&f);
+
+	p.tol = 0.5;
+	h = hooks_for(&t, 2);
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	ok(f.status == KM_OK && f.r.converged && f.r.iterations == 2,
+	   "tol 0.5: stops at iteration 2 (first moves all rows), got %d", f.r.iterations);
+	fit_free(&f);
+
+	p.tol = 0.0;
+	p.max_iter = 2;
+	h = hooks_for(&t, 2);
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	brute_labels(&ds, f.r.centroids, 8, 0, ref, NULL);
+	ok(f.status == KM_OK && !f.r.converged && f.r.iterations == 2 &&
+	   memcmp(ref, f.r.labels, sizeof(int32_t) * ds.n) == 0,
+	   "max_iter 2: not converged, final labels exact for the returned centroids");
+	fit_free(&f);
+	free(ref);
+	free(sum);
+	ds_free(&ds);
+}
+
+/* n_init: the best run (lowest final inertia, earliest on ties) wins. */
+static void
+test_n_init(void)
+{
+	dataset		ds = ds_blobs(4000, 5, 15, 1.0, 0.0, 81, NULL);
+	km_params	p = params_for(12, KM_INIT_RANDOM, KM_METRIC_L2, 13);
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 2);
+	fitres		f;
+	int			best = 0;
+	int			differ = 0;
+
+	p.n_init = 6;
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	for (int r = 1; r < 6; r++)
+	{
+		if (t.finish_inertia[r] < t.finish_inertia[best])
+			best = r;
+		if (t.finish_inertia[r] != t.finish_inertia[0])
+			differ = 1;
+	}
+	ok(f.status == KM_OK && differ && f.r.best_run == best &&
+	   f.r.inertia == t.finish_inertia[best],
+	   "n_init 6 keeps the run with the lowest inertia (run %d, %.6g)", best, f.r.inertia);
+	fit_free(&f);
+	ds_free(&ds);
+}
+
+/* poll and report can stop a call; nothing leaks on any path. */
+static void
+test_cancel(void)
+{
+	dataset		ds = ds_blobs(30000, 16, 10, 2.0, 0.0, 91, NULL);
+	km_params	p = params_for(10, KM_INIT_KMEANSPP, KM_METRIC_L2, 3);
+	float	   *c = malloc(sizeof(float) * 10 * 16);
+	int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+	double	   *sums = calloc(10 * 16, sizeof(double));
+	double		wts[10],
+				ine[10];
+	int64_t		cnts[10];
+	km_partial	part = {sums, wts, cnts, ine};
+	static const int polls[] = {1, 3, 40, 400};
+	int			all_ok = 1;
+	test_ctx	t;
+	km_hooks	h;
+	km_error	err;
+	fitres		f;
+
+	memcpy(c, ds.x, sizeof(float) * 10 * 16);
+	for (int i = 0; i < 4; i++)
+	{
+		h = hooks_for(&t, 2);
+		t.stop_after_polls = polls[i];
+		f = do_fit(ds_data(&ds), &p, &h, 1);
+		if (f.status != KM_ERR_CANCELLED || t.live_blocks != 0 || thread_count() != 1 ||
+			strlen(f.error.message) == 0)
+			all_ok = 0;
+		fit_free(&f);
+	}
+	ok(all_ok, "poll saying stop after 1, 3, 40, 400 polls: KM_ERR_CANCELLED, nothing leaked, threads joined");
+
+	all_ok = 1;
+	for (int i = 1; i <= 4; i++)
+	{
+		h = hooks_for(&t, 2);
+		t.stop_after_reports = i * 3;
+		f = do_fit(ds_data(&ds), &p, &h, 1);
+		if (f.status != KM_ERR_CANCELLED || t.live_blocks != 0 || thread_count() != 1)
+			all_ok = 0;
+		fit_free(&f);
+	}
+	ok(all_ok, "report saying stop (seeding, iterations): KM_ERR_CANCELLED, nothing leaked");
+
+	h = hooks_for(&t, 2);
+	t.stop_after_polls = 2;
+	all_ok = km_cpu_engine.assign(ds_data(&ds), c, 10, KM_METRIC_L2, lab, NULL, &h, &err) == KM_ERR_CANCELLED &&
+		t.live_blocks == 0;
+	h = hooks_for(&t, 2);
+	t.stop_after_polls = 2;
+	all_ok = all_ok && km_cpu_engine.map(ds_data(&ds), c, 10, KM_METRIC_L2, &part, &h, &err) == KM_ERR_CANCELLED &&
+		t.live_blocks == 0 && thread_count() == 1;
+	ok(all_ok, "assign and map can be cancelled, nothing leaked");
+
+	h = hooks_for(&t, 2);
+	f = do_fit(ds_data(&ds), &p, &h, 1);
+	ok(f.status == KM_OK && t.live_blocks == 0 && t.allocs > 0,
+	   "successful fit: %lld allocations, all freed", (long long) t.allocs);
+	fit_free(&f);
+
+	all_ok = 1;
+	for (int n = 1; n <= 30; n++)
+	{
+		h = hooks_for(&t, 2);
+		t.fail_after = n;
+		f = do_fit(ds_data(&ds), &p, &h, 1);
+		if (t.allocs >= n && (f.status != KM_ERR_NOMEM || t.live_blocks != 0))
+			all_ok = 0;
+		fit_free(&f);
+	}
+	ok(all_ok, "an allocation failing at any point: KM_ERR_NOMEM, nothing leaked");
+	free(c);
+	free(lab);
+	free(sums);
+	ds_free(&ds);
+}
+
+/* fit_workspace bounds what a fit asks of the hooks. */
+static void
+test_workspace(void)
+{
+	static const int shapes[][3] = {{5000, 3, 4}, {20000, 50, 30}, {3000, 300, 100}, {100, 2, 100}};
+	int			all_ok = 1;
+
+	for (int s = 0; s < 4; s++)
+		for (int m = 0; m < 2; m++)
+			for (int threads = 1; threads <= 3; threads += 2)
+				for (int init = 0; init < 3; init++)
+				{
+					int64_t		n = shapes[s][0];
+					int			d = shapes[s][1];
+					int			k = shapes[s][2];
+					dataset		ds = ds_blobs(n, d, 5, 2.0, 0.0, 100 + s, NULL);
+					km_params	p = params_for(k, (km_init) init, m ? KM_METRIC_COSINE : KM_METRIC_L2, 1);
+					test_ctx	t;
+					km_hooks	h = hooks_for(&t, threads);
+					size_t		est = km_cpu_engine.fit_workspace(n, d, k, threads);
+					fitres		f;
+
+					p.init_centroids = ds.x;
+					p.max_iter = 3;
+					p.n_init = 2;
+					f = do_fit(ds_data(&ds), &p, &h, init == 1);
+					if (f.status != KM_OK || t.peak_bytes > est)
+					{
+						all_ok = 0;
+						diag("n %lld d %d k %d threads %d: peak %zu > estimate %zu",
+							 (long long) n, d, k, threads, t.peak_bytes, est);
+					}
+					fit_free(&f);
+					ds_free(&ds);
+				}
+	ok(all_ok, "fit_workspace >= peak bytes allocated (4 shapes, both metrics, 1 and 3 threads, all inits)");
+}
+
+/* assign and map agree with fit's labels, sizes and inertia. */
+static void
+test_assign_map(void)
+{
+	for (int m = 0; m < 2; m++)
+	{
+		dataset		ds = ds_blobs(7000, 9, 6, 2.0, 50.0, 111, NULL);
+		km_params	p = params_for(6, KM_INIT_KMEANSPP, m ? KM_METRIC_COSINE : KM_METRIC_L2, 2);
+		test_ctx	t;
+		km_hooks	h = hooks_for(&t, 2);
+		fitres		f;
+		int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+		double	   *dist = malloc(sizeof(double) * ds.n);
+		double	   *sums = calloc(6 * 9, sizeof(double));
+		double		wts[6] = {0},
+					ine[6] = {0};
+		int64_t		cnts[6] = {0};
+		km_partial	part = {sums, wts, cnts, ine};
+		km_error	err;
+		double		dsum = 0.0;
+		int			sizes_ok = 1;
+		double		ierr = 0.0;
+		double		cerr = 0.0;
+
+		ds.w = malloc(sizeof(float) * ds.n);
+		for (int64_t r = 0; r < ds.n; r++)
+			ds.w[r] = (float) (r % 3) * 0.5f + 0.25f;
+		ds_chunk(&ds, 3);
+		f = do_fit(ds_data(&ds), &p, &h, 1);
+		km_cpu_engine.assign(ds_data(&ds), f.r.centroids, 6, p.metric, lab, dist, &h, &err);
+		for (int64_t r = 0; r < ds.n; r++)
+			dsum += (double) ds.w[r] * (m ? dist[r] : dist[r] * dist[r]);
+		ok(f.status == KM_OK && memcmp(lab, f.r.labels, sizeof(int32_t) * ds.n) == 0 &&
+		   fabs(dsum - f.r.inertia) <= 1e-9 * f.r.inertia,
+		   "assign on fit's centroids: fit's labels, distances add up to its inertia (%s)",
+		   m ? "cosine" : "l2");
+
+		/* map twice: partials add */
+		km_cpu_engine.map(ds_data(&ds), f.r.centroids, 6, p.metric, &part, &h, &err);
+		km_cpu_engine.map(ds_data(&ds), f.r.centroids, 6, p.metric, &part, &h, &err);
+		for (int j = 0; j < 6; j++)
+		{
+			if (cnts[j] != 2 * f.r.sizes[j])
+				sizes_ok = 0;
+			if (fabs(ine[j] - 2 * f.r.cluster_inertia[j]) > ierr)
+				ierr = fabs(ine[j] - 2 * f.r.cluster_inertia[j]);
+			if (m == 0)
+				for (int i = 0; i < 9; i++)
+				{
+					double		mean = sums[j * 9 + i] / wts[j];
+					double		e = fabs(mean - f.r.centroids[j * 9 + i]) / fabs(mean);
+
+					if (e > cerr)
+						cerr = e;
+				}
+		}
+		ok(sizes_ok && ierr <= 1e-9 * f.r.inertia && cerr < 1e-6 && t.live_blocks == 0,
+		   "map (twice) adds fit's sizes and cluster inertia; sums / weights give its centroids (%s)",
+		   m ? "cosine" : "l2");
+		fit_free(&f);
+		free(lab);
+		free(dist);
+		free(sums);
+		ds_free(&ds);
+	}
+}
+
+/* Impossible parameters are refused with a message. */
+static void
+test_errors(void)
+{
+	dataset		ds = ds_blobs(100, 3, 2, 2.0, 0.0, 121, NULL);
+	dataset		zero = ds_alloc(10, 3, 1);
+	km_hooks	h;
+	test_ctx	t;
+	int			all_ok = 1;
+	float		init[3 * 3] = {0};
+
+	for (int c = 0; c < 9; c++)
+	{
+		km_params	p = params_for(3, KM_INIT_KMEANSPP, KM_METRIC_L2, 1);
+		const km_data *data = ds_data(&ds);
+		km_data		bad = ds.data;
+		fitres		f;
+
+		switch (c)
+		{
+			case 0:
+				p.k = 0;
+				break;
+			case 1:
+				p.k = 101;
+				break;
+			case 2:
+				bad.d = 0;
+				data = &bad;
+				break;
+			case 3:
+				p.max_iter = 0;
+				break;
+			case 4:
+				p.tol = -1.0;
+				break;
+			case 5:
+				p.n_init = 0;
+				break;
+			case 6:
+				p.init = KM_INIT_EXPLICIT;
+				break;
+			case 7:
+				data = ds_data(&zero);
+				break;
+			case 8:
+				p.init = KM_INIT_EXPLICIT;
+				p.init_centroids = init;
+				p.metric = KM_METRIC_COSINE;
+				break;
+		}
+		h = hooks_for(&t, 2);
+		f = do_fit(data, &p, &h, 0);
+		if (f.status != KM_ERR_INVALID || f.error.message[0] == '\0' ||
+			(f.error.message[0] >= 'A' && f.error.message[0] <= 'Z') || t.live_blocks != 0)
+		{
+			all_ok = 0;
+			diag("case %d: status %d, message \"%s\"", c, (int) f.status, f.error.message);
+		}
+		fit_free(&f);
+	}
+	ok(all_ok, "k < 1, k > n, d < 1, max_iter < 1, tol < 0, n_init < 1, no init, zero weight, zero cosine init: KM_ERR_INVALID");
+	ds_free(&ds);
+	ds_free(&zero);
+}
+
+/* A larger problem through the whole path: exact final labels. */
+static void
+test_fit_exact(void)
+{
+	static const int dims[] = {2, 7, 40};
+	int			all_ok = 1;
+
+	for (int di = 0; di < 3; di++)
+		for (int m = 0; m < 2; m++)
+		{
+			int			d = dims[di];
+			dataset		ds = ds_blobs(12000, d, 30, 1.0, m ? 0.0 : 1e4, 131 + di, NULL);
+			km_params	p = params_for(25, KM_INIT_KMEANSPP, m ? KM_METRIC_COSINE : KM_METRIC_L2, 6);
+			test_ctx	t;
+			km_hooks	h = hooks_for(&t, 3);
+			fitres		f;
+			int32_t    *ref = malloc(sizeof(int32_t) * ds.n);
+			double	   *cost = malloc(sizeof(double) * ds.n);
+			double		csum[25] = {0};
+			int64_t		sz[25] = {0};
+			int			good;
+
+			p.max_iter = 20;
+			f = do_fit(ds_data(&ds), &p, &h, 1);
+			brute_labels(&ds, f.r.centroids, 25, m, ref, cost);
+			for (int64_t r = 0; r < ds.n; r++)
+			{
+				sz[ref[r]]++;
+				csum[ref[r]] += cost[r];
+			}
+			good = f.status == KM_OK && memcmp(ref, f.r.labels, sizeof(int32_t) * ds.n) == 0 &&
+				memcmp(sz, f.r.sizes, sizeof(sz)) == 0;
+			for (int j = 0; j < 25; j++)
+				if (fabs(csum[j] - f.r.cluster_inertia[j]) > 1e-9 * (csum[j] + 1e-300))
+					good = 0;
+			if (!good)
+			{
+				all_ok = 0;
+				diag("d %d %s: status %d", d, m ? "cosine" : "l2 offset 1e4", (int) f.status);
+			}
+			fit_free(&f);
+			free(ref);
+			free(cost);
+			ds_free(&ds);
+		}
+	ok(all_ok, "fit: final labels, sizes and cluster inertia exact for the returned centroids (d 2, 7, 40; l2 at offset 1e4, cosine)");
+}
+
+int
+main(void)
+{
+	test_exact_labels();
+	test_huge_values();
+	test_portable_kernel();
+	test_fit_exact();
+	test_blobs();
+	test_deterministic();
+	test_order_independence();
+	test_threads();
+	test_weights();
+	test_relocation();
+	test_degenerate();
+	test_cosine();
+	test_tol();
+	test_n_init();
+	test_cancel();
+	test_workspace();
+	test_assign_map();
+	test_errors();
+	printf("1..%d\n", n_tests);
+	if (n_failed > 0)
+		printf("# %d of %d tests failed\n", n_failed, n_tests);
+	return n_failed > 0 ? 1 : 0;
+}
