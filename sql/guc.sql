@@ -18,10 +18,14 @@ SELECT ARRAY[i % 7, i % 11]::real[] AS v FROM generate_series(1, 500) i;
 -- The CPU engine on request, with any number of threads: the same model.
 SET kmeans_gpu.engine = cpu;
 SELECT (m).engine FROM (SELECT kmeans(v, 3, '{"seed": 2}') AS m FROM guc_pts) q;
+CREATE TABLE guc_many AS
+SELECT (SELECT array_agg(((i * 7 + j * 13) % 101)::real) FROM generate_series(1, 16) j) AS v
+FROM generate_series(1, 60000) i;
 SET kmeans_gpu.cpu_threads = 1;
-CREATE TEMP TABLE guc_one AS SELECT kmeans(v, 4, '{"seed": 2}') AS m FROM guc_pts;
+CREATE TEMP TABLE guc_one AS SELECT kmeans(v, 8, '{"seed": 2}') AS m FROM guc_many;
 SET kmeans_gpu.cpu_threads = 3;
-SELECT (SELECT m FROM guc_one) = (SELECT kmeans(v, 4, '{"seed": 2}') FROM guc_pts) AS same;
+SELECT (SELECT m FROM guc_one) = (SELECT kmeans(v, 8, '{"seed": 2}') FROM guc_many) AS same;
+DROP TABLE guc_many;
 SET kmeans_gpu.cpu_threads = 2;
 RESET kmeans_gpu.engine;
 

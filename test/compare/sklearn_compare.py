@@ -97,10 +97,10 @@ def compare(cur, name, X, k, max_iter, rng, w=None):
 def check_verbose(conn):
     cur = conn.cursor()
     del conn.notices[:]
-    cur.execute("SET kmeans_gpu.verbose = on")
+    cur.execute("SET kmeans_gpu.\"verbose\" = on")
     cur.execute("SELECT (kmeans_fit('cmp', 'v', 4, max_iter => 3, tol => 0, seed => 1)).iterations")
     iterations = cur.fetchone()[0]
-    cur.execute("RESET kmeans_gpu.verbose")
+    cur.execute("RESET kmeans_gpu.\"verbose\"")
     text = "".join(conn.notices)
     lines = re.findall(r"INFO:  kmeans: run 1/1, iteration (\d+): inertia [0-9.e+-]+, moved [0-9.]+(?:, [a-z -]+)?, [0-9.]+ s", text)
     check(lines == [str(i) for i in range(1, iterations + 1)],
