@@ -1,0 +1,599 @@
+/*
+ * assign_direct.cu
+ *	  The fused Lloyd pass for small k * d: one read of the rows does the
+ *	  float32 filter, the exact settling of close calls, the label and moved
+ *	  count, and the per-block M-step sums.
+ *
+ * Plain C reference (kernels/bench/ref_kmeans.c, km_ref_assign/km_ref_sums):
+ * labels = km_exact_nearest for every row; sums of w * x, w, count per
+ * cluster in double.  bench_engine.cu compares a whole fit with it.
+ *
+ * Why it is fast.  The shapes it serves are memory bound (1M x 8, k = 16:
+ * 32 MB per pass; 70000 x 784, k = 10: 220 MB), so the rows are read exactly
+ * once and everything else is done on the copy in shared memory:
+ *	- a persistent grid walks tiles of T rows; each tile is one contiguous
+ *	  block of T * dp floats, fetched with cp.async two to four tiles ahead
+ *	  of its use, so HBM stays busy while the tile before it is computed;
+ *	- the centroids (filter copy) and |c|^2 sit in shared memory, padded to a
+ *	  compile-time KB with +INF norms, so the k dot products of a row are an
+ *	  unrolled register tile with no bounds test; S lanes share a row when d
+ *	  is large (butterfly sum: every lane ends with the same bits);
+ *	- rows the filter cannot settle (gap within km_filter_slack) are decided
+ *	  with km_exact_cost among the centroids the filter cannot rule out, the
+ *	  row read from shared memory, the candidates spread over the row's lanes;
+ *	- the sums go into per-block double accumulators in shared memory, one
+ *	  copy per group of threads so that no two threads ever add into the same
+ *	  cell (no atomics, fixed order), then one fixed-order reduction writes the
+ *	  block's partial.  kmg_reduce_partials adds the partials in block order.
+ */
+#include "gpu_internal.cuh"
+
+#include <limits.h>
+#include <math.h>
+
+/* Stage 16 bytes global -> shared; src_bytes = 0 writes zeros. */
+__device__ __forceinline__ void
+kmg_cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+	unsigned	s = (unsigned) __cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
+}
+
+__device__ __forceinline__ void
+kmg_cp_commit()
+{
+	asm volatile("cp.async.commit_group;\n"::);
+}
+
+/* Wait until at most n groups are still in flight (n = stages - 1). */
+__device__ __forceinline__ void
+kmg_cp_wait(int n)
+{
+	if (n <= 1)
+		asm volatile("cp.async.wait_group 1;\n":::"memory");
+	else if (n == 2)
+		asm volatile("cp.async.wait_group 2;\n":::"memory");
+	else
+		asm volatile("cp.async.wait_group 3;\n":::"memory");
+}
+
+/* Shared memory layout of one block (bytes from the start). */
+typedef struct kmg_direct_layout
+{
+	size_t		acc;			/* groups x gstride doubles */
+	size_t		est;			/* T doubles */
+	size_t		cf;				/* KB x dp floats */
+	size_t		cn;				/* KB floats */
+	size_t		tiles;			/* nstage x T x (dp + 4) floats */
+	size_t		lab;			/* T ints */
+	size_t		w;				/* T floats */
+	size_t		red;			/* 32 ints */
+	size_t		total;
+	size_t		gstride;		/* doubles per accumulator copy */
+} kmg_direct_layout;
+
+static __host__ __device__ kmg_direct_layout
+kmg_direct_layout_of(int kb, int s, int nstage, int groups, int dp, int k)
+{
+	kmg_direct_layout L;
+	const size_t T = KMG_NT / s;
+	size_t		o = 0;
+
+	/* odd stride in doubles: the copies start in different banks */
+	L.gstride = (size_t) k * KMG_CW(dp) | 1;
+	L.acc = o;
+	o += (size_t) groups * L.gstride * sizeof(double);
+	L.est = o;
+	o += T * sizeof(double);
+	o = KMG_ROUND_UP(o, 16);
+	L.cf = o;
+	o += (size_t) kb * dp * sizeof(float);
+	L.cn = o;
+	o += (size_t) kb * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.tiles = o;
+	o += (size_t) nstage * T * (dp + 4) * sizeof(float);
+	L.lab = o;
+	o += T * sizeof(int);
+	L.w = o;
+	o += T * sizeof(float);
+	L.red = o;
+	o += 32 * sizeof(int);
+	L.total = KMG_ROUND_UP(o, 16);
+	return L;
+}
+
+/*
+ * One pass over the rows (see the file header).  KB: centroids of the
+ * register tile (>= k); S: lanes per row.  The grid is persistent: block b
+ * takes tiles b, b + gridDim.x, ... so each block's partial is a fixed
+ * function of the input.
+ */
+template <int KB, int S>
+__global__ void __launch_bounds__(KMG_NT)
+kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
+{
+	extern __shared__ __align__(16) unsigned char kmg_smem[];
+	constexpr int T = KMG_NT / S;
+	const int	dp = a.dp;
+	const int	d = a.d;
+	const int	k = a.k;
+	const int	dps = dp + 4;	/* odd number of 16-byte units: no conflicts */
+	const int	q4 = dp / 4;
+	const int	tid = threadIdx.x;
+	const int	iter = mode == KMG_MODE_ITER;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const kmg_direct_layout L = kmg_direct_layout_of(KB, S, nstage, iter ? groups : 0, dp, k);
+	double	   *acc = (double *) (kmg_smem + L.acc);
+	double	   *sest = (double *) (kmg_smem + L.est);
+	float	   *sC = (float *) (kmg_smem + L.cf);
+	float	   *scn = (float *) (kmg_smem + L.cn);
+	float	   *stiles = (float *) (kmg_smem + L.tiles);
+	int		   *slab = (int *) (kmg_smem + L.lab);
+	float	   *sw = (float *) (kmg_smem + L.w);
+	int		   *sred = (int *) (kmg_smem + L.red);
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int64_t n = a.n;
+	const int64_t ntiles = (n + T - 1) / T;
+
+	/* Centroids: rows past k are zeros with +INF norm, never chosen. */
+	for (int e = tid; e < KB * dp; e += KMG_NT)
+		sC[e] = e < k * dp ? a.Cf[e] : 0.0f;
+	for (int j = tid; j < KB; j += KMG_NT)
+		scn[j] = j < k ? a.cn[j] : INFINITY;
+	if (iter)
+		for (size_t e = tid; e < (size_t) groups * L.gstride; e += KMG_NT)
+			acc[e] = 0.0;
+
+	/* Start the first nstage - 1 tiles. */
+	auto issue = [&](int64_t tile, int buf) {
+		if (tile < ntiles)
+		{
+			float	   *dst = stiles + (size_t) buf * T * dps;
+			const float *src = a.X + tile * T * dp;
+			const int64_t left = n - tile * T;
+			const int	rows = left < T ? (int) left : T;
+
+			for (int c = tid; c < T * q4; c += KMG_NT)
+			{
+				int			r = c / q4;
+				int			q = c - r * q4;
+
+				kmg_cp_async16(dst + r * dps + 4 * q,
+							   r < rows ? (const void *) (src + (size_t) r * dp + 4 * q)
+							   : (const void *) a.X, r < rows ? 16 : 0);
+			}
+		}
+		kmg_cp_commit();
+	};
+
+	for (int st = 0; st < nstage - 1; st++)
+		issue(blockIdx.x + (int64_t) st * gridDim.x, st);
+
+	const int	g = tid / S;	/* row of the tile */
+	const int	lane = tid % S;
+	const unsigned gmask = S == 32 ? 0xffffffffu :
+		(((1u << S) - 1u) << ((tid & 31) & ~(S - 1)));
+	int			moved = 0;
+
+	for (int64_t m = 0;; m++)
+	{
+		const int64_t tile = blockIdx.x + m * gridDim.x;
+
+		if (tile >= ntiles)
+			break;
+		issue(blockIdx.x + (m + nstage - 1) * gridDim.x, (int) ((m + nstage - 1) % nstage));
+		kmg_cp_wait(nstage - 1);
+		__syncthreads();
+
+		const float *xs = stiles + (size_t) (m % nstage) * T * dps + (size_t) g * dps;
+		const int64_t row = tile * T + g;
+		float		f[KB];
+		float		xx = 0.0f;
+		/* the row's old label and weight, loaded now so the latency hides */
+		const int	old = (lane == 0 && iter && row < n) ? a.labels[row] : -1;
+		const float wrow = (lane == 0 && row < n && a.W != NULL) ? a.W[row] : 1.0f;
+
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+			f[j] = 0.0f;
+		for (int q = lane; q < q4; q += S)
+		{
+			const float4 x = *reinterpret_cast<const float4 *>(xs + 4 * q);
+
+			xx = fmaf(x.x, x.x, xx);
+			xx = fmaf(x.y, x.y, xx);
+			xx = fmaf(x.z, x.z, xx);
+			xx = fmaf(x.w, x.w, xx);
+#pragma unroll
+			for (int j = 0; j < KB; j++)
+			{
+				const float4 c = *reinterpret_cast<const float4 *>(sC + j * dp + 4 * q);
+
+				f[j] = fmaf(x.x, c.x, f[j]);
+				f[j] = fmaf(x.y, c.y, f[j]);
+				f[j] = fmaf(x.z, c.z, f[j]);
+				f[j] = fmaf(x.w, c.w, f[j]);
+			}
+		}
+		/* butterfly: a + b == b + a, so every lane gets the same bits */
+#pragma unroll
+		for (int o = S / 2; o > 0; o >>= 1)
+		{
+			xx += __shfl_xor_sync(0xffffffffu, xx, o);
+#pragma unroll
+			for (int j = 0; j < KB; j++)
+				f[j] += __shfl_xor_sync(0xffffffffu, f[j], o);
+		}
+
+		/* filter values, best and second (ties to the lower index) */
+		float		f1 = INFINITY,
+					f2 = INFINITY;
+		int			b = 0;
+
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+		{
+			float		v = scn[j] - 2.0f * f[j];
+
+			f[j] = v;
+			if (v < f1)
+			{
+				f2 = f1;
+				f1 = v;
+				b = j;
+			}
+			else if (v < f2)
+				f2 = v;
+		}
+
+		const float xn = sqrtf(xx);
+		const float slack = km_filter_slack(d, xn, cmax);
+		const int	all = all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack);
+		int			label = b;
+		double		ecost = -1.0;
+
+		if (row < n && (all || !(f2 - f1 > slack)))
+		{
+			/* too close to call in float: exact, among the candidates */
+			const float thr = f1 + slack;
+			double		bc = INFINITY;
+			int			bj = INT_MAX;
+
+#pragma unroll
+			for (int j = 0; j < KB; j++)
+				if (j % S == lane && j < k && (all || !(f[j] > thr)))
+				{
+					/* l2: the filter copy in shared memory is the centroid itself */
+					double		c = km_exact_cost(xs, a.cosine ? a.C + (size_t) j * dp : sC + j * dp,
+												  a.cosine ? a.cnorm[j] : 0.0, d, a.cosine);
+
+					if (c < bc || (c == bc && j < bj))
+					{
+						bc = c;
+						bj = j;
+					}
+				}
+#pragma unroll
+			for (int o = S / 2; o > 0; o >>= 1)
+			{
+				double		oc = __shfl_xor_sync(gmask, bc, o);
+				int			oj = __shfl_xor_sync(gmask, bj, o);
+
+				if (oc < bc || (oc == bc && oj < bj))
+				{
+					bc = oc;
+					bj = oj;
+				}
+			}
+			label = bj;
+			ecost = bc;
+		}
+
+		if (lane == 0)
+		{
+			if (row < n)
+			{
+				const float w = wrow;
+
+				if (iter)
+				{
+					double		e = ecost;
+
+					if (old != label)
+					{
+						moved++;
+						a.labels[row] = label;
+					}
+					/* the filter's estimate; cosine filters 2 - 2 cos */
+					if (e < 0.0)
+					{
+						e = (double) f1 + (double) (xx);
+						e = e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0;
+					}
+					sest[g] = (double) w * e;
+				}
+				else
+					a.labels[row] = label;
+				slab[g] = label;
+				sw[g] = w;
+			}
+			else
+				slab[g] = -1;
+		}
+		__syncthreads();
+
+		if (iter)
+		{
+			/* group gi adds rows gi, gi + groups, ... of the tile, in order */
+			const int	tpg = KMG_NT / groups;
+			const int	gi = tid / tpg;
+			const int	ti = tid - gi * tpg;
+
+			if (gi < groups)
+			{
+				double	   *accg = acc + (size_t) gi * L.gstride;
+				const float *tbase = stiles + (size_t) (m % nstage) * T * dps;
+
+				/* columns dp .. dp + 2 (w, count, estimate) spread like the others */
+				for (int r = gi; r < T; r += groups)
+				{
+					const int	lab = slab[r];
+
+					if (lab < 0)
+						break;
+
+					const double w = (double) sw[r];
+					const float *xr = tbase + (size_t) r * dps;
+					double	   *dst = accg + (size_t) lab * KMG_CW(dp);
+
+					for (int c = ti; c < dp + 3; c += tpg)
+						dst[c] += c < dp ? w * (double) xr[c] : c == dp ? w : c == dp + 1 ? 1.0 : sest[r];
+				}
+			}
+		}
+		__syncthreads();
+	}
+	asm volatile("cp.async.wait_group 0;\n":::"memory");
+
+	if (!iter)
+		return;
+
+	/* the block's partial: accumulator copies added in group order */
+	__syncthreads();
+	{
+		const size_t cells = (size_t) k * KMG_CW(dp);
+		double	   *out = a.part + (size_t) blockIdx.x * cells;
+
+		for (size_t e = tid; e < cells; e += KMG_NT)
+		{
+			double		s = acc[e];
+
+			for (int gi = 1; gi < groups; gi++)
+				s += acc[(size_t) gi * L.gstride + e];
+			out[e] = s;
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		moved += __shfl_xor_sync(0xffffffffu, moved, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = moved;
+	__syncthreads();
+	if (tid == 0)
+	{
+		int			s = 0;
+
+		for (int wv = 0; wv < KMG_NT / 32; wv++)
+			s += sred[wv];
+		a.part_moved[blockIdx.x] = s;
+	}
+}
+
+
+/* The instantiations: KB x S. */
+typedef void (*kmg_direct_fn) (kmg_args, int, int, int);
+
+static const int kmg_kb_list[] = {4, 8, 12, 16, 24, 32};
+static const int kmg_s_list[] = {1, 4, 32};
+
+#define KMG_DIRECT_ROW(KB) \
+	{kmg_direct_kernel<KB, 1>, kmg_direct_kernel<KB, 4>, kmg_direct_kernel<KB, 32>}
+
+static const kmg_direct_fn kmg_direct_table[6][3] = {
+	KMG_DIRECT_ROW(4), KMG_DIRECT_ROW(8), KMG_DIRECT_ROW(12),
+	KMG_DIRECT_ROW(16), KMG_DIRECT_ROW(24), KMG_DIRECT_ROW(32)
+};
+
+static kmg_direct_fn
+kmg_direct_pick(int kb, int s)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < 6 && kmg_kb_list[i] != kb; i++)
+		;
+	for (j = 0; j < 3 && kmg_s_list[j] != s; j++)
+		;
+	return (i < 6 && j < 3) ? kmg_direct_table[i][j] : NULL;
+}
+
+/* The kernel a plan runs, for attributes and occupancy. */
+static const void *
+kmg_plan_fn(const kmg_direct_plan *plan)
+{
+	return (const void *) kmg_direct_pick(plan->kb, plan->s);
+}
+
+/*
+ * Whether (and how) the fused kernel runs a shape.  smem_optin: the
+ * device's per-block limit; sms: multiprocessors (the grid is a few blocks
+ * per SM; kmg_direct_prepare refines it with the occupancy calculator).
+ */
+kmg_direct_plan
+kmg_direct_make_plan(int64_t n, int d, int dp, int k, int mode, int sms,
+					 size_t smem_optin)
+{
+	kmg_direct_plan p;
+	const int	iter = mode == KMG_MODE_ITER;
+
+	(void) d;
+	p.ok = 0;
+	p.kb = 0;
+	p.s = 1;
+	p.nstage = 0;
+	p.groups = 0;
+	p.smem = 0;
+	p.nblocks = 0;
+	if (k > KMG_DIRECT_KMAX || k < 1 || n < 1)
+		return p;
+	for (int i = 0; i < 6; i++)
+		if (k <= kmg_kb_list[i])
+		{
+			p.kb = kmg_kb_list[i];
+			break;
+		}
+	/* lanes per row: each lane should own several 16-byte chunks */
+	p.s = dp <= 32 ? 1 : dp <= 128 ? 4 : 32;
+
+	/* accumulator copies: one per dp threads, within 96 KB */
+	if (iter)
+	{
+		size_t		one = ((size_t) k * KMG_CW(dp) | 1) * sizeof(double);
+
+		p.groups = KMG_NT / dp > 0 ? KMG_NT / dp : 1;
+		while (p.groups > 1 && (size_t) p.groups * one > 96 * 1024)
+			p.groups--;
+	}
+	for (p.nstage = 4; p.nstage >= 2; p.nstage--)
+	{
+		kmg_direct_layout L = kmg_direct_layout_of(p.kb, p.s, p.nstage, p.groups, dp, k);
+
+		p.smem = L.total;
+		if (p.smem <= smem_optin)
+			break;
+	}
+	if (p.nstage < 2)
+		return p;
+	{
+		int64_t		ntiles = (n + KMG_NT / p.s - 1) / (KMG_NT / p.s);
+		int			per_sm = (int) ((228 * 1024) / (p.smem + 1024));
+
+		if (per_sm < 1)
+			per_sm = 1;
+		if (per_sm > 4)
+			per_sm = 4;
+		p.nblocks = (int) (ntiles < (int64_t) sms * per_sm ? ntiles : (int64_t) sms * per_sm);
+	}
+	p.ok = p.nblocks > 0;
+	return p;
+}
+
+/*
+ * Raise the kernel's shared memory limit and fix the grid with the
+ * occupancy calculator (once per call, before any capture).
+ */
+cudaError_t
+kmg_direct_prepare(kmg_direct_plan *plan, int sms)
+{
+	const void *fn = kmg_plan_fn(plan);
+	cudaError_t e;
+	int			per_sm = 0;
+
+	if (fn == NULL)
+		return cudaErrorInvalidValue;
+	e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_NT, plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		return cudaErrorInvalidConfiguration;
+	if (plan->nblocks > per_sm * sms)
+		plan->nblocks = per_sm * sms;
+	return cudaSuccess;
+}
+
+cudaError_t
+kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
+				  cudaStream_t stream)
+{
+	kmg_direct_fn fn = kmg_direct_pick(plan->kb, plan->s);
+
+	if (fn == NULL || !plan->ok)
+		return cudaErrorInvalidValue;
+	fn<<<plan->nblocks, KMG_NT, plan->smem, stream>>>(*a, mode, plan->nstage,
+													   mode == KMG_MODE_ITER ? plan->groups : 0);
+	return cudaGetLastError();
+}
+
+/*
+ * Cluster sums from the per-block partials, in block order: 32 columns of
+ * cluster blockIdx.y per block, each column's blocks split into 8 slices
+ * (b = slice, slice + 8, ...) summed by 8 warps, the slices then added in
+ * order.  Also the moved total and the count of clusters without weight.
+ */
+__global__ void __launch_bounds__(256)
+kmg_reduce_partials_kernel(kmg_args a)
+{
+	__shared__ double sred[8][32];
+	const int	cw = KMG_CW(a.dp);
+	const int	j = blockIdx.y;
+	const int	slice = threadIdx.x >> 5;
+	const int	c = blockIdx.x * 32 + (threadIdx.x & 31);
+	const size_t cells = (size_t) a.k * cw;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	{
+		double		s = 0.0;
+
+		if (c < cw)
+		{
+			const double *p = a.part + (size_t) j * cw + c;
+
+#pragma unroll 4
+			for (int b = slice; b < a.nblocks; b += 8)
+				s += p[(size_t) b * cells];
+		}
+		sred[slice][threadIdx.x & 31] = s;
+	}
+	__syncthreads();
+	if (slice == 0 && c < cw)
+	{
+		double		s = sred[0][threadIdx.x];
+
+		for (int sl = 1; sl < 8; sl++)
+			s += sred[sl][threadIdx.x];
+		a.clus[(size_t) j * cw + c] = s;
+		if (c == a.dp && !(s > 0.0))
+			atomicAdd(&a.ctl->nempty, 1);
+	}
+	if (j == 0 && blockIdx.x == 0 && slice == 1)
+	{
+		int			moved = 0;
+
+		for (int b = threadIdx.x & 31; b < a.nblocks; b += 32)
+			moved += a.part_moved[b];
+		for (int o = 16; o > 0; o >>= 1)
+			moved += __shfl_xor_sync(0xffffffffu, moved, o);
+		if ((threadIdx.x & 31) == 0)
+			a.ctl->moved = moved;
+	}
+}
+
+cudaError_t
+kmg_reduce_partials(const kmg_args *a, cudaStream_t stream)
+{
+	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
+
+	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a);
+	return cudaGetLastError();
+}

@@ -1,0 +1,602 @@
+/*
+ * assign_exact.cu
+ *	  Labels from the GEMM filter's top-2 (large k): the slack test, the
+ *	  exact settling of the rows it cannot decide, the moved count; and the
+ *	  exact cost of every row to its label (final pass, assign, map).
+ *
+ * Plain C reference: km_exact_nearest / km_exact_cost (km_exact.h) on every
+ * row; kernels/bench/ref_kmeans.c does that, and bench_engine.cu compares.
+ *
+ * Why it is fast.  kmg_classify reads 20 bytes a row and settles almost
+ * every row with the filter's winner; the few ambiguous ones are appended to
+ * a list (integer atomics: the order of the list varies, the label of each
+ * row does not).  kmg_exact_refine takes them R at a time per block: every
+ * thread owns centroids j = tid, tid + 256, ..., recomputes the float filter
+ * value of its centroid for the R rows (one read of the centroid serves R
+ * rows) and runs the exact double chain only where that value is within the
+ * slack of the GEMM's best, i.e. for the two or three centroids that can
+ * still win.  That is exact: a centroid farther than the slack cannot be the
+ * exact winner (the argument of km_filter_slack), so the minimum over the
+ * candidates, ties to the lowest index, is km_exact_nearest's answer.
+ */
+#include "gpu_internal.cuh"
+
+#include <limits.h>
+#include <math.h>
+
+/* Sum of an int over the block into *out with one atomic (deterministic). */
+__device__ __forceinline__ void
+kmg_block_add_int(int v, int *out)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if ((threadIdx.x & 31) == 0 && v != 0)
+		atomicAdd(out, v);
+}
+
+/*
+ * Per row: the filter's winner when the gap beats the slack, else the row
+ * goes on the ambiguous list.
+ */
+__global__ void
+kmg_classify_kernel(kmg_args a, int mode)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	const int64_t start = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+	const int	iter = mode == KMG_MODE_ITER;
+	int			moved = 0;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+
+	for (int64_t i = start; i - threadIdx.x < a.n; i += stride)
+	{
+		int			amb = 0;
+
+		if (i < a.n)
+		{
+			const float f1 = a.fbest[i];
+			const float f2 = a.fsecond[i];
+			const float xn = a.xnorm[i];
+			const float slack = km_filter_slack(a.d, xn, cmax);
+
+			amb = all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack) ||
+				!(f2 - f1 > slack);
+			if (!amb)
+			{
+				const int	b = a.best[i];
+
+				if (iter)
+				{
+					if (a.labels[i] != b)
+					{
+						moved++;
+						a.labels[i] = b;
+					}
+				}
+				else
+					a.labels[i] = b;
+			}
+		}
+		/* one atomic per warp for the list */
+		{
+			const unsigned m = __ballot_sync(0xffffffffu, amb);
+
+			if (m != 0)
+			{
+				const int	lane = threadIdx.x & 31;
+				int			base = 0;
+
+				if (lane == __ffs(m) - 1)
+					base = atomicAdd(&a.ctl->namb, __popc(m));
+				base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+				if (amb)
+					a.amb[base + __popc(m & ((1u << lane) - 1u))] = (int32_t) i;
+			}
+		}
+	}
+	if (iter)
+		kmg_block_add_int(moved, &a.ctl->moved);
+}
+
+cudaError_t
+kmg_classify(const kmg_args *a, int mode, cudaStream_t stream)
+{
+	int64_t		blocks = (a->n + 255) / 256;
+
+	if (a->n == 0)
+		return cudaSuccess;
+	if (blocks > 132 * 16)
+		blocks = 132 * 16;
+	kmg_classify_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a, mode);
+	return cudaGetLastError();
+}
+
+/*
+ * The ambiguous rows, R per block at a time (see the file header).
+ */
+template <int R>
+__global__ void __launch_bounds__(256)
+kmg_exact_kernel(kmg_args a, int mode, int start)
+{
+	extern __shared__ __align__(16) unsigned char kmg_xsmem[];
+	float	   *xs = (float *) kmg_xsmem;	/* R x dp */
+	__shared__ float sthr[R];
+	__shared__ double scost[8][R];
+	__shared__ int sidx[8][R];
+	__shared__ int srow[R];
+	const int	tid = threadIdx.x;
+	const int	dp = a.dp;
+	const int	q4 = dp / 4;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int	namb = a.ctl->namb;
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	int			moved = 0;
+
+	for (int base = start + blockIdx.x * R; base < namb; base += gridDim.x * R)
+	{
+		const int	nr = namb - base < R ? namb - base : R;
+
+		if (tid < R)
+		{
+			float		thr = INFINITY;
+
+			if (tid < nr)
+			{
+				const int	i = a.amb[base + tid];
+				const float xn = a.xnorm[i];
+				const float slack = km_filter_slack(a.d, xn, cmax);
+
+				srow[tid] = i;
+				if (!(all_exact || (a.cosine && xn == 0.0f)))
+					thr = a.fbest[i] + slack;
+				if (isnan(thr))
+					thr = INFINITY;
+			}
+			sthr[tid] = thr;
+		}
+		__syncthreads();
+		for (int e = tid; e < nr * q4; e += blockDim.x)
+		{
+			const int	r = e / q4;
+			const int	q = e - r * q4;
+
+			reinterpret_cast<float4 *>(xs)[e] =
+				reinterpret_cast<const float4 *>(a.X + (size_t) srow[r] * dp)[q];
+		}
+		__syncthreads();
+
+		double		bc[R];
+		int			bj[R];
+
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			bc[r] = INFINITY;
+			bj[r] = INT_MAX;
+		}
+		for (int j = tid; j < a.k; j += blockDim.x)
+		{
+			const float4 *c4 = reinterpret_cast<const float4 *>(a.Cf + (size_t) j * dp);
+			float		acc[R];
+
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				acc[r] = 0.0f;
+			for (int q = 0; q < q4; q++)
+			{
+				const float4 c = c4[q];
+
+#pragma unroll
+				for (int r = 0; r < R; r++)
+				{
+					const float4 x = reinterpret_cast<const float4 *>(xs + r * dp)[q];
+
+					acc[r] = fmaf(x.x, c.x, acc[r]);
+					acc[r] = fmaf(x.y, c.y, acc[r]);
+					acc[r] = fmaf(x.z, c.z, acc[r]);
+					acc[r] = fmaf(x.w, c.w, acc[r]);
+				}
+			}
+			const float cnj = a.cn[j];
+
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				if (r < nr && !(cnj - 2.0f * acc[r] > sthr[r]))
+				{
+					double		c = km_exact_cost(xs + r * dp, a.C + (size_t) j * dp,
+												  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+
+					if (c < bc[r])	/* j ascends: ties keep the lower */
+					{
+						bc[r] = c;
+						bj[r] = j;
+					}
+				}
+		}
+
+		/* argmin over the block, ties to the lower centroid */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			double		c = bc[r];
+			int			j = bj[r];
+
+			for (int o = 16; o > 0; o >>= 1)
+			{
+				double		oc = __shfl_xor_sync(0xffffffffu, c, o);
+				int			oj = __shfl_xor_sync(0xffffffffu, j, o);
+
+				if (oc < c || (oc == c && oj < j))
+				{
+					c = oc;
+					j = oj;
+				}
+			}
+			if ((tid & 31) == 0)
+			{
+				scost[tid >> 5][r] = c;
+				sidx[tid >> 5][r] = j;
+			}
+		}
+		__syncthreads();
+		if (tid < nr)
+		{
+			double		c = scost[0][tid];
+			int			j = sidx[0][tid];
+			const int	i = srow[tid];
+
+			for (int wv = 1; wv < (int) (blockDim.x >> 5); wv++)
+				if (scost[wv][tid] < c || (scost[wv][tid] == c && sidx[wv][tid] < j))
+				{
+					c = scost[wv][tid];
+					j = sidx[wv][tid];
+				}
+			if (j == INT_MAX)
+				j = 0;			/* cannot happen: the filter's best is a candidate */
+			if (mode == KMG_MODE_ITER)
+			{
+				if (a.labels[i] != j)
+				{
+					moved++;
+					a.labels[i] = j;
+				}
+			}
+			else
+				a.labels[i] = j;
+		}
+		__syncthreads();
+	}
+	if (mode == KMG_MODE_ITER)
+		kmg_block_add_int(moved, &a.ctl->moved);
+}
+
+/*
+ * The chunked path: work item (batch of R ambiguous rows, chunk of
+ * KMG_XCHUNK centroids), one centroid per thread; each item leaves, per row,
+ * the best (cost, centroid) of its chunk in xcost/xidx, and kmg_exact_merge
+ * takes the best over the chunks.  More blocks than rows/R alone would give,
+ * so a few hundred ambiguous rows still fill the GPU.
+ */
+template <int R>
+__global__ void __launch_bounds__(KMG_XCHUNK)
+kmg_exact_chunk_kernel(kmg_args a)
+{
+	extern __shared__ __align__(16) unsigned char kmg_xsmem2[];
+	float	   *xs = (float *) kmg_xsmem2;	/* R x dp */
+	__shared__ float sthr[R];
+	__shared__ double scost[KMG_XCHUNK / 32][R];
+	__shared__ int sidx[KMG_XCHUNK / 32][R];
+	__shared__ int srow[R];
+	const int	tid = threadIdx.x;
+	const int	dp = a.dp;
+	const int	q4 = dp / 4;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int	namb = min(*(volatile int *) &a.ctl->namb, a.xcap);
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int	nb = (namb + R - 1) / R;
+	const int	nitems = nb * a.xchunks;
+
+	for (int item = blockIdx.x; item < nitems; item += gridDim.x)
+	{
+		const int	b = item / a.xchunks;
+		const int	c = item - b * a.xchunks;
+		const int	base = b * R;
+		const int	nr = namb - base < R ? namb - base : R;
+		const int	j = c * KMG_XCHUNK + tid;
+
+		__syncthreads();
+		if (tid < R)
+		{
+			float		thr = INFINITY;
+
+			if (tid < nr)
+			{
+				const int	i = a.amb[base + tid];
+				const float xn = a.xnorm[i];
+
+				srow[tid] = i;
+				if (!(all_exact || (a.cosine && xn == 0.0f)))
+					thr = a.fbest[i] + km_filter_slack(a.d, xn, cmax);
+				if (isnan(thr))
+					thr = INFINITY;
+			}
+			sthr[tid] = thr;
+		}
+		__syncthreads();
+		for (int e = tid; e < nr * q4; e += KMG_XCHUNK)
+		{
+			const int	r = e / q4;
+			const int	q = e - r * q4;
+
+			reinterpret_cast<float4 *>(xs)[e] =
+				reinterpret_cast<const float4 *>(a.X + (size_t) srow[r] * dp)[q];
+		}
+		__syncthreads();
+
+		double		bc[R];
+		int			bj[R];
+
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			bc[r] = INFINITY;
+			bj[r] = INT_MAX;
+		}
+		if (j < a.k)
+		{
+			const float4 *c4 = reinterpret_cast<const float4 *>(a.Cf + (size_t) j * dp);
+			const float cnj = a.cn[j];
+			float		acc[R];
+
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				acc[r] = 0.0f;
+			for (int q = 0; q < q4; q++)
+			{
+				const float4 cv = c4[q];
+
+#pragma unroll
+				for (int r = 0; r < R; r++)
+				{
+					const float4 x = reinterpret_cast<const float4 *>(xs + r * dp)[q];
+
+					acc[r] = fmaf(x.x, cv.x, acc[r]);
+					acc[r] = fmaf(x.y, cv.y, acc[r]);
+					acc[r] = fmaf(x.z, cv.z, acc[r]);
+					acc[r] = fmaf(x.w, cv.w, acc[r]);
+				}
+			}
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				if (r < nr && !(cnj - 2.0f * acc[r] > sthr[r]))
+				{
+					bc[r] = km_exact_cost(xs + r * dp, a.C + (size_t) j * dp,
+										  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+					bj[r] = j;
+				}
+		}
+
+		/* argmin over the chunk, ties to the lower centroid */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			double		cst = bc[r];
+			int			jj = bj[r];
+
+			for (int o = 16; o > 0; o >>= 1)
+			{
+				double		oc = __shfl_xor_sync(0xffffffffu, cst, o);
+				int			oj = __shfl_xor_sync(0xffffffffu, jj, o);
+
+				if (oc < cst || (oc == cst && oj < jj))
+				{
+					cst = oc;
+					jj = oj;
+				}
+			}
+			if ((tid & 31) == 0)
+			{
+				scost[tid >> 5][r] = cst;
+				sidx[tid >> 5][r] = jj;
+			}
+		}
+		__syncthreads();
+		if (tid < nr)
+		{
+			double		cst = scost[0][tid];
+			int			jj = sidx[0][tid];
+
+			for (int wv = 1; wv < KMG_XCHUNK / 32; wv++)
+				if (scost[wv][tid] < cst || (scost[wv][tid] == cst && sidx[wv][tid] < jj))
+				{
+					cst = scost[wv][tid];
+					jj = sidx[wv][tid];
+				}
+			a.xcost[(size_t) (base + tid) * a.xchunks + c] = cst;
+			a.xidx[(size_t) (base + tid) * a.xchunks + c] = jj;
+		}
+	}
+}
+
+/* The best over the chunks of each ambiguous row: its label. */
+__global__ void
+kmg_exact_merge_kernel(kmg_args a, int mode)
+{
+	int			moved = 0;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int	namb = min(*(volatile int *) &a.ctl->namb, a.xcap);
+
+	for (int s = blockIdx.x * blockDim.x + threadIdx.x; s - (int) threadIdx.x < namb;
+		 s += gridDim.x * blockDim.x)
+	{
+		if (s < namb)
+		{
+			const double *pc = a.xcost + (size_t) s * a.xchunks;
+			const int32_t *pj = a.xidx + (size_t) s * a.xchunks;
+			double		cst = pc[0];
+			int			j = pj[0];
+			const int	i = a.amb[s];
+
+			for (int c = 1; c < a.xchunks; c++)
+				if (pc[c] < cst || (pc[c] == cst && pj[c] < j))
+				{
+					cst = pc[c];
+					j = pj[c];
+				}
+			if (j == INT_MAX)
+				j = 0;			/* cannot happen: the filter's best is a candidate */
+			if (mode == KMG_MODE_ITER)
+			{
+				if (a.labels[i] != j)
+				{
+					moved++;
+					a.labels[i] = j;
+				}
+			}
+			else
+				a.labels[i] = j;
+		}
+	}
+	if (mode == KMG_MODE_ITER)
+		kmg_block_add_int(moved, &a.ctl->moved);
+}
+
+/* Ambiguous rows a call keeps scratch for (the rest take the slower path). */
+int
+kmg_exact_cap(int64_t n)
+{
+	int64_t		cap = n / 8;
+
+	if (cap < 65536)
+		cap = 65536;
+	if (cap > n)
+		cap = n;
+	return (int) cap;
+}
+
+static int
+kmg_exact_rows(int dp)
+{
+	return dp <= 2048 ? 8 : 1;
+}
+
+cudaError_t
+kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
+{
+	const int	R = kmg_exact_rows(a->dp);
+	const size_t smem = (size_t) R * a->dp * sizeof(float);
+	const int	RC = a->dp <= 1024 ? 16 : a->dp <= 4096 ? 4 : 1;
+	const size_t smem_c = (size_t) RC * a->dp * sizeof(float);
+	const int	cblocks = sms * 8;
+	cudaError_t e;
+
+	if (a->n == 0)
+		return cudaSuccess;
+
+	/* the chunked path for the first xcap ambiguous rows */
+	if (RC == 16)
+	{
+		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<16>,
+									  cudaFuncAttributeMaxDynamicSharedMemorySize,
+									  (int) smem_c)) != cudaSuccess)
+			return e;
+		kmg_exact_chunk_kernel<16><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+	}
+	else if (RC == 4)
+	{
+		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<4>,
+									  cudaFuncAttributeMaxDynamicSharedMemorySize,
+									  (int) smem_c)) != cudaSuccess)
+			return e;
+		kmg_exact_chunk_kernel<4><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+	}
+	else
+	{
+		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<1>,
+									  cudaFuncAttributeMaxDynamicSharedMemorySize,
+									  (int) smem_c)) != cudaSuccess)
+			return e;
+		kmg_exact_chunk_kernel<1><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+	}
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	{
+		int64_t		mb = ((int64_t) a->xcap + 255) / 256;
+
+		if (mb > (int64_t) sms * 4)
+			mb = (int64_t) sms * 4;
+		kmg_exact_merge_kernel<<<(unsigned) mb, 256, 0, stream>>>(*a, mode);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			return e;
+	}
+
+	/* rows past the scratch (degenerate inputs): R rows per block, all centroids */
+	if (a->xcap < a->n)
+	{
+		int64_t		blocks = (int64_t) sms * 4;
+
+		if (R == 8)
+		{
+			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<8>,
+									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+			if (e != cudaSuccess)
+				return e;
+			kmg_exact_kernel<8><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
+		}
+		else
+		{
+			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<1>,
+									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+			if (e != cudaSuccess)
+				return e;
+			kmg_exact_kernel<1><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
+		}
+	}
+	return cudaGetLastError();
+}
+
+/*
+ * Exact cost of every row to its labelled centroid: one thread per row,
+ * the d-long double chain in index order (km_exact_cost itself).
+ */
+__global__ void
+kmg_row_costs_kernel(kmg_args a)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride)
+	{
+		const int	j = a.labels[i];
+
+		a.cost[i] = km_exact_cost(a.X + i * a.dp, a.C + (size_t) j * a.dp,
+								  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+	}
+}
+
+cudaError_t
+kmg_row_costs(const kmg_args *a, cudaStream_t stream)
+{
+	int64_t		blocks = (a->n + 127) / 128;
+
+	if (a->n == 0)
+		return cudaSuccess;
+	if (blocks > 65535 * 8)
+		blocks = 65535 * 8;
+	kmg_row_costs_kernel<<<(unsigned) blocks, 128, 0, stream>>>(*a);
+	return cudaGetLastError();
+}

@@ -1,0 +1,976 @@
+/*
+ * bench_engine.cu
+ *	  The GPU engine end to end: validation against the plain C reference
+ *	  (ref_kmeans.c) and per-iteration timing against cuBLAS SGEMM.
+ *
+ *	bin/bench_engine [--so PATH] [validate] [bench] [quick]
+ *
+ * The engine is used exactly as the SQL layer will: dlopen() of
+ * kmeans_gpu_cuda.so (bin/ by default), km_gpu_get_api(), and the table.
+ *
+ * validate: for shapes with d in {2..784}, k from 2 to 5000 (k == n too),
+ *   n from 100 to 1M, both metrics, weights (zeros too), every init, empty
+ *   clusters, duplicates: the GPU fit against ref_fit: labels must be
+ *   identical, inertia within 1e-5 relative, centroids close, sizes and
+ *   iterations equal.  Then assign/map against ref_assign, the streaming
+ *   path (with growth) against engine->fit, determinism (two fits, same
+ *   bits), cancellation, invalid input, out of memory, and no device memory
+ *   left behind.
+ * bench: per Lloyd iteration time = (T(max_iter = N2) - T(N1)) / (N2 - N1),
+ *   tol = 0, explicit init, rows already uploaded (dataset API), data made
+ *   by test/bench/kmeans_bench.c's generator (blobs plus 10% noise); and in
+ *   the same run cuBLAS SGEMM of (n x d)(d x k), strict fp32, and the ratio.
+ */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kmeans_gpu_cuda.h"
+#include "ref_kmeans.h"
+
+#ifdef WITH_CPU_ENGINE
+/* The CPU engine (src/engine/*.c), linked in: labels must agree row by row. */
+#include <unistd.h>
+#endif
+
+static const km_gpu_api *api;
+static int	failures = 0;
+static FILE *summary;
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* ---- data: test/bench/kmeans_bench.c's generator, per-row streams ---- */
+
+static uint64_t
+rng_next(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static double
+rng_uniform(uint64_t *s)
+{
+	return ((double) (rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double
+rng_normal(uint64_t *s)
+{
+	return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
+}
+
+static uint64_t
+mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* kind 0: blobs around 2k centres plus 10% noise; 1: uniform [0,1); 2: few distinct rows */
+static float *
+generate(int64_t n, int d, int k, uint64_t seed, int kind)
+{
+	const int	nc = kind == 2 ? 20 : 2 * k;
+	float	   *centres = (float *) malloc(sizeof(float) * (size_t) nc * d);
+	float	   *x = (float *) malloc(sizeof(float) * (size_t) n * d);
+	uint64_t	s = mix(seed) | 1;
+
+	for (int i = 0; i < nc * d; i++)
+		centres[i] = (float) (10.0 * (2.0 * rng_uniform(&s) - 1.0));
+#pragma omp parallel for schedule(static, 4096)
+	for (int64_t r = 0; r < n; r++)
+	{
+		uint64_t	rs = mix(seed * 0x9E3779B97F4A7C15ULL + (uint64_t) r) | 1;
+		float	   *row = x + (size_t) r * d;
+
+		if (kind == 1)
+			for (int i = 0; i < d; i++)
+				row[i] = (float) rng_uniform(&rs);
+		else if (kind == 2)
+			memcpy(row, centres + (rng_next(&rs) % nc) * d, sizeof(float) * d);
+		else if (rng_uniform(&rs) < 0.1)
+			for (int i = 0; i < d; i++)
+				row[i] = (float) (10.0 * (2.0 * rng_uniform(&rs) - 1.0));
+		else
+		{
+			const float *c = centres + (rng_next(&rs) % nc) * d;
+
+			for (int i = 0; i < d; i++)
+				row[i] = c[i] + (float) (2.0 * rng_normal(&rs));
+		}
+	}
+	free(centres);
+	return x;
+}
+
+static float *
+gen_weights(int64_t n, uint64_t seed, int zeros)
+{
+	float	   *w = (float *) malloc(sizeof(float) * n);
+	uint64_t	s = mix(seed + 77) | 1;
+
+	for (int64_t r = 0; r < n; r++)
+	{
+		double		u = rng_uniform(&s);
+
+		w[r] = zeros && u < 0.05 ? 0.0f : (float) (0.25 + 2.0 * rng_uniform(&s));
+	}
+	return w;
+}
+
+/* ---- hooks ---- */
+
+typedef struct hook_ctx
+{
+	int			polls;
+	int			stop_after;		/* poll answers stop after this many calls (0: never) */
+	int			reports;
+	int			iter_reports;
+} hook_ctx;
+
+static int
+hook_poll(void *ctx)
+{
+	hook_ctx   *h = (hook_ctx *) ctx;
+
+	h->polls++;
+	return h->stop_after > 0 && h->polls >= h->stop_after;
+}
+
+static int
+hook_report(void *ctx, const km_progress *p)
+{
+	hook_ctx   *h = (hook_ctx *) ctx;
+
+	h->reports++;
+	if (p->phase == KM_PHASE_ITERATE)
+		h->iter_reports++;
+	return 0;
+}
+
+/* ---- one validation case ---- */
+
+typedef struct vcase
+{
+	const char *name;
+	int64_t		n;
+	int			d;
+	int			k;
+	km_metric	metric;
+	int			weighted;		/* 1: weights, 2: weights with zeros */
+	km_init		init;
+	int			max_iter;
+	double		tol;
+	int			n_init;
+	int			kind;			/* data kind; 3: blobs and far explicit init (empties) */
+	uint64_t	seed;
+} vcase;
+
+static void
+run_case(const vcase *c)
+{
+	const int64_t n = c->n;
+	const int	d = c->d,
+				k = c->k;
+	float	   *x = generate(n, d, k, c->seed, c->kind == 3 ? 0 : c->kind);
+	float	   *w = c->weighted ? gen_weights(n, c->seed, c->weighted == 2) : NULL;
+	float	   *init = NULL;
+	km_chunk	chunks[3];
+	km_data		data;
+	km_params	p;
+	km_hooks	hooks;
+	hook_ctx	hc;
+	km_result	gr;
+	ref_result	rr;
+	km_error	err;
+	km_status	st;
+	double		t0,
+				tg,
+				tr;
+	int64_t		lab_diff = 0,
+				size_diff = 0;
+	double		cdiff = 0.0,
+				cscale = 0.0,
+				irel;
+
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = c->max_iter;
+	p.tol = c->tol;
+	p.init = c->init;
+	p.metric = c->metric;
+	p.seed = c->seed * 31 + 7;
+	p.n_init = c->n_init;
+	if (c->init == KM_INIT_EXPLICIT)
+	{
+		init = (float *) malloc(sizeof(float) * k * d);
+		for (int j = 0; j < k; j++)
+			for (int i = 0; i < d; i++)
+				init[(size_t) j * d + i] = c->kind == 3 && j % 3 == 1
+					? 1000.0f + (float) j
+					: x[(size_t) ((j * 7919) % n) * d + i];
+		p.init_centroids = init;
+	}
+	/* three chunks, to exercise the chunk walk */
+	{
+		int64_t		a = n / 3,
+					b = n / 2;
+
+		chunks[0].x = x;
+		chunks[0].w = w;
+		chunks[0].n = a;
+		chunks[1].x = x + (size_t) a * d;
+		chunks[1].w = w ? w + a : NULL;
+		chunks[1].n = b - a;
+		chunks[2].x = x + (size_t) b * d;
+		chunks[2].w = w ? w + b : NULL;
+		chunks[2].n = n - b;
+	}
+	data.d = d;
+	data.nchunks = 3;
+	data.chunks = chunks;
+	data.n = n;
+	memset(&hooks, 0, sizeof(hooks));
+	memset(&hc, 0, sizeof(hc));
+	hooks.ctx = &hc;
+	hooks.poll = hook_poll;
+	hooks.report = hook_report;
+
+	gr.centroids = (float *) malloc(sizeof(float) * k * d);
+	gr.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+	gr.cluster_inertia = (double *) malloc(sizeof(double) * k);
+	gr.labels = (int32_t *) malloc(sizeof(int32_t) * n);
+	rr.centroids = (float *) malloc(sizeof(float) * k * d);
+	rr.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+	rr.cluster_inertia = (double *) malloc(sizeof(double) * k);
+	rr.labels = (int32_t *) malloc(sizeof(int32_t) * n);
+
+	t0 = now();
+	st = api->engine->fit(&data, &p, &hooks, &gr, &err);
+	tg = now() - t0;
+	if (st != KM_OK)
+	{
+		printf("FAIL %-28s gpu fit: status %d: %s\n", c->name, st, err.message);
+		fprintf(summary, "FAIL %s: status %d %s\n", c->name, st, err.message);
+		failures++;
+		goto out;
+	}
+	t0 = now();
+	ref_fit(x, w, n, d, &p, &rr);
+	tr = now() - t0;
+
+	for (int64_t r = 0; r < n; r++)
+		lab_diff += gr.labels[r] != rr.labels[r];
+	for (int j = 0; j < k; j++)
+	{
+		size_diff += gr.sizes[j] != rr.sizes[j];
+		for (int i = 0; i < d; i++)
+		{
+			double		dv = fabs((double) gr.centroids[(size_t) j * d + i] -
+								  (double) rr.centroids[(size_t) j * d + i]);
+
+			cdiff = dv > cdiff ? dv : cdiff;
+			cscale = fabs(rr.centroids[(size_t) j * d + i]) > cscale
+				? fabs(rr.centroids[(size_t) j * d + i]) : cscale;
+		}
+	}
+	irel = fabs(gr.inertia - rr.inertia) / (fabs(rr.inertia) > 0 ? fabs(rr.inertia) : 1.0);
+	{
+		int			ok = lab_diff == 0 && size_diff == 0 && irel <= 1e-5 &&
+			gr.iterations == rr.iterations && gr.converged == rr.converged &&
+			gr.relocated == rr.relocated && gr.best_run == rr.best_run &&
+			cdiff <= 1e-5 * (cscale > 1 ? cscale : 1);
+
+		printf("%s %-28s n=%lld d=%d k=%d %s %s: labels diff %lld, sizes diff %lld, inertia rel %.2e, "
+			   "centroid diff %.2e (scale %.3g), iters %d/%d conv %d/%d reloc %d/%d run %d/%d, "
+			   "reports %d, gpu %.3f s ref %.3f s\n",
+			   ok ? "ok  " : "FAIL", c->name, (long long) n, d, k,
+			   c->metric == KM_METRIC_COSINE ? "cos" : "l2",
+			   c->init == KM_INIT_EXPLICIT ? "explicit" : c->init == KM_INIT_RANDOM ? "random" : "k-means++",
+			   (long long) lab_diff, (long long) size_diff, irel, cdiff, cscale,
+			   gr.iterations, rr.iterations, gr.converged, rr.converged, gr.relocated, rr.relocated,
+			   gr.best_run, rr.best_run, hc.iter_reports, tg, tr);
+		if (!ok)
+		{
+			failures++;
+			fprintf(summary, "FAIL %s: labels diff %lld inertia rel %.2e iters %d/%d\n", c->name,
+					(long long) lab_diff, irel, gr.iterations, rr.iterations);
+		}
+	}
+#ifdef WITH_CPU_ENGINE
+	{
+		km_result	cr;
+		km_hooks	ch;
+		int64_t		cdl = 0;
+		double		cirel;
+
+		memset(&ch, 0, sizeof(ch));
+		ch.n_threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
+		cr.centroids = (float *) malloc(sizeof(float) * k * d);
+		cr.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+		cr.cluster_inertia = (double *) malloc(sizeof(double) * k);
+		cr.labels = (int32_t *) malloc(sizeof(int32_t) * n);
+		t0 = now();
+		st = km_cpu_engine.fit(&data, &p, &ch, &cr, &err);
+		tr = now() - t0;
+		if (st != KM_OK)
+			printf("     %-28s cpu engine: status %d: %s\n", c->name, st, err.message);
+		else
+		{
+			for (int64_t r = 0; r < n; r++)
+				cdl += gr.labels[r] != cr.labels[r];
+			cirel = fabs(gr.inertia - cr.inertia) / (fabs(cr.inertia) > 0 ? fabs(cr.inertia) : 1.0);
+			/* k-means++ draws D2 in different float arithmetic: report only */
+			{
+				int			must = c->init != KM_INIT_KMEANSPP;
+				int			ok = cdl == 0 && cirel <= 1e-5 && gr.iterations == cr.iterations;
+
+				printf("%s %-28s vs CPU engine: labels diff %lld, inertia rel %.2e, iters %d/%d, reloc %d/%d, cpu %.3f s%s\n",
+					   ok ? "ok  " : must ? "FAIL" : "note", c->name, (long long) cdl, cirel,
+					   gr.iterations, cr.iterations, gr.relocated, cr.relocated, tr,
+					   must ? "" : " (k-means++: informative)");
+				if (!ok && must)
+				{
+					failures++;
+					fprintf(summary, "FAIL %s vs CPU engine: labels diff %lld inertia rel %.2e\n",
+							c->name, (long long) cdl, cirel);
+				}
+			}
+		}
+		free(cr.centroids);
+		free(cr.sizes);
+		free(cr.cluster_inertia);
+		free(cr.labels);
+	}
+#endif
+out:
+	free(x);
+	free(w);
+	free(init);
+	free(gr.centroids);
+	free(gr.sizes);
+	free(gr.cluster_inertia);
+	free(gr.labels);
+	free(rr.centroids);
+	free(rr.sizes);
+	free(rr.cluster_inertia);
+	free(rr.labels);
+}
+
+static void
+check(int ok, const char *what)
+{
+	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+	if (!ok)
+	{
+		failures++;
+		fprintf(summary, "FAIL %s\n", what);
+	}
+}
+
+/* assign, map, streaming, determinism, cancel, errors, leaks */
+static void
+api_checks(void)
+{
+	const int64_t n = 60000;
+	const int	d = 35,
+				k = 40;
+	float	   *x = generate(n, d, k, 4242, 0);
+	float	   *w = gen_weights(n, 4242, 1);
+	km_chunk	ch = {x, w, n};
+	km_data		data = {d, 1, &ch, n};
+	km_error	err;
+	km_status	st;
+	size_t		free0 = 0,
+				free1 = 0,
+				total = 0;
+
+	CK(cudaMemGetInfo(&free0, &total));
+
+	for (int metric = 0; metric < 2; metric++)
+	{
+		const int	cosine = metric == 1;
+		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		int32_t    *gl = (int32_t *) malloc(sizeof(int32_t) * n);
+		int32_t    *rl = (int32_t *) malloc(sizeof(int32_t) * n);
+		double	   *gd = (double *) malloc(sizeof(double) * n);
+		double	   *rc = (double *) malloc(sizeof(double) * n);
+		float	   *xf = ref_rows(x, n, d, cosine);
+		int64_t		ldiff = 0,
+					ddiff = 0;
+
+		for (int j = 0; j < k; j++)
+			for (int i = 0; i < d; i++)
+				C[j * d + i] = x[(size_t) (j * 997 % n) * d + i] * (cosine ? 3.0f : 1.0f) + 0.01f * i;
+		st = api->engine->assign(&data, C, k, (km_metric) metric, gl, gd, NULL, &err);
+		ref_assign(xf, n, d, C, k, cosine, rl, rc);
+		for (int64_t r = 0; r < n && st == KM_OK; r++)
+		{
+			ldiff += gl[r] != rl[r];
+			ddiff += gd[r] != (cosine ? rc[r] : sqrt(rc[r]));
+		}
+		{
+			char		msg[200];
+
+			snprintf(msg, sizeof(msg), "assign %s: status %d, labels diff %lld, distances not bit-equal %lld",
+					 cosine ? "cos" : "l2", st, (long long) ldiff, (long long) ddiff);
+			check(st == KM_OK && ldiff == 0 && ddiff == 0, msg);
+		}
+		/* map: twice, so the partial must hold twice the sums */
+		{
+			double	   *sums = (double *) calloc((size_t) k * d, sizeof(double));
+			double	   *ws = (double *) calloc(k, sizeof(double));
+			int64_t    *cnt = (int64_t *) calloc(k, sizeof(int64_t));
+			double	   *in = (double *) calloc(k, sizeof(double));
+			km_partial	part = {sums, ws, cnt, in};
+			double		maxrel = 0.0;
+			int64_t		cdiff = 0;
+			char		msg[200];
+
+			st = api->engine->map(&data, C, k, (km_metric) metric, &part, NULL, &err);
+			if (st == KM_OK)
+				st = api->engine->map(&data, C, k, (km_metric) metric, &part, NULL, &err);
+			{
+				double	   *rs = (double *) calloc((size_t) k * d, sizeof(double));
+				double	   *rw = (double *) calloc(k, sizeof(double));
+				int64_t    *rn = (int64_t *) calloc(k, sizeof(int64_t));
+				double	   *ri = (double *) calloc(k, sizeof(double));
+
+				for (int64_t r = 0; r < n; r++)
+				{
+					int			j = rl[r];
+
+					rw[j] += w[r];
+					rn[j]++;
+					ri[j] += w[r] * rc[r];
+					for (int i = 0; i < d; i++)
+						rs[(size_t) j * d + i] += (double) w[r] * xf[(size_t) r * d + i];
+				}
+				for (int j = 0; j < k; j++)
+				{
+					cdiff += cnt[j] != 2 * rn[j];
+					maxrel = std::max(maxrel, fabs(ws[j] - 2 * rw[j]) / (fabs(rw[j]) + 1e-300));
+					maxrel = std::max(maxrel, fabs(in[j] - 2 * ri[j]) / (fabs(ri[j]) + 1e-300));
+					for (int i = 0; i < d; i++)
+						maxrel = std::max(maxrel, fabs(sums[j * d + i] - 2 * rs[j * d + i]) /
+										  (fabs(rs[j * d + i]) + 1e-9));
+				}
+				free(rs);
+				free(rw);
+				free(rn);
+				free(ri);
+			}
+			snprintf(msg, sizeof(msg), "map %s (twice, added): status %d, counts diff %lld, max rel %.2e",
+					 cosine ? "cos" : "l2", st, (long long) cdiff, maxrel);
+			check(st == KM_OK && cdiff == 0 && maxrel < 1e-9, msg);
+			free(sums);
+			free(ws);
+			free(cnt);
+			free(in);
+		}
+		free(C);
+		free(gl);
+		free(rl);
+		free(gd);
+		free(rc);
+		free(xf);
+	}
+
+	/* streaming with growth against engine->fit; and determinism */
+	for (int metric = 0; metric < 2; metric++)
+	{
+		km_params	p;
+		km_result	a,
+					b,
+					c;
+		km_result  *rs[3] = {&a, &b, &c};
+		km_gpu_dataset *ds;
+		int64_t		done = 0;
+		int			same_ab = 1,
+					same_ac = 1;
+		char		msg[200];
+
+		memset(&p, 0, sizeof(p));
+		p.k = k;
+		p.max_iter = 30;
+		p.tol = 0;
+		p.init = KM_INIT_KMEANSPP;
+		p.metric = (km_metric) metric;
+		p.seed = 99;
+		p.n_init = 2;
+		for (int i = 0; i < 3; i++)
+		{
+			rs[i]->centroids = (float *) malloc(sizeof(float) * k * d);
+			rs[i]->sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+			rs[i]->cluster_inertia = (double *) malloc(sizeof(double) * k);
+			rs[i]->labels = (int32_t *) malloc(sizeof(int32_t) * n);
+		}
+		st = api->engine->fit(&data, &p, NULL, &a, &err);
+		check(st == KM_OK, "fit for determinism");
+		st = api->engine->fit(&data, &p, NULL, &b, &err);
+		ds = api->dataset_create(d, 1, 1000, &err);	/* far too few: grows */
+		check(ds != NULL, "dataset_create");
+		while (ds != NULL && done < n)
+		{
+			int64_t		room = 0;
+			float	   *wb = NULL;
+			float	   *xb = api->dataset_stage(ds, &room, &wb, &err);
+			int64_t		m = std::min<int64_t>(room, std::min<int64_t>(n - done, 7777));
+
+			if (xb == NULL || wb == NULL)
+			{
+				check(0, "dataset_stage");
+				break;
+			}
+			memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
+			memcpy(wb, w + done, sizeof(float) * m);
+			if (api->dataset_commit(ds, m, &err) != KM_OK)
+			{
+				check(0, err.message);
+				break;
+			}
+			done += m;
+		}
+		check(ds != NULL && api->dataset_rows(ds) == n, "dataset_rows after streaming");
+		if (ds != NULL)
+		{
+			st = api->dataset_fit(ds, &p, NULL, &c, &err);
+			check(st == KM_OK, "dataset_fit");
+			/* a second fit on the same dataset (cosine must not have changed the rows) */
+			st = api->dataset_fit(ds, &p, NULL, &c, &err);
+			api->dataset_free(ds);
+		}
+		same_ab = memcmp(a.centroids, b.centroids, sizeof(float) * k * d) == 0 &&
+			memcmp(a.labels, b.labels, sizeof(int32_t) * n) == 0 && a.inertia == b.inertia;
+		same_ac = memcmp(a.centroids, c.centroids, sizeof(float) * k * d) == 0 &&
+			memcmp(a.labels, c.labels, sizeof(int32_t) * n) == 0 && a.inertia == c.inertia;
+		snprintf(msg, sizeof(msg), "%s: two fits bit-identical %d; streamed (grown) dataset, fitted twice, identical %d",
+				 metric ? "cos" : "l2", same_ab, same_ac);
+		check(same_ab && same_ac, msg);
+		for (int i = 0; i < 3; i++)
+		{
+			free(rs[i]->centroids);
+			free(rs[i]->sizes);
+			free(rs[i]->cluster_inertia);
+			free(rs[i]->labels);
+		}
+	}
+
+	/* cancellation, seeding and Lloyd (uniform rows: Lloyd is slow to settle) */
+	for (int init = 0; init < 2; init++)
+	{
+		float	   *xu = generate(n, d, k, 555, 1);
+		km_chunk	chu = {xu, NULL, n};
+		km_data		du = {d, 1, &chu, n};
+
+		km_params	p;
+		km_result	r;
+		km_hooks	hooks;
+		hook_ctx	hc;
+		char		msg[160];
+
+		memset(&p, 0, sizeof(p));
+		p.k = init == 0 ? 2000 : 30;
+		p.max_iter = 100000;
+		p.init = init == 0 ? KM_INIT_KMEANSPP : KM_INIT_RANDOM;
+		p.n_init = 1;
+		memset(&hooks, 0, sizeof(hooks));
+		memset(&hc, 0, sizeof(hc));
+		hc.stop_after = 2;
+		hooks.ctx = &hc;
+		hooks.poll = hook_poll;
+		r.centroids = (float *) malloc(sizeof(float) * p.k * d);
+		r.sizes = (int64_t *) malloc(sizeof(int64_t) * p.k);
+		r.cluster_inertia = (double *) malloc(sizeof(double) * p.k);
+		r.labels = NULL;
+		st = api->engine->fit(&du, &p, &hooks, &r, &err);
+		free(xu);
+		snprintf(msg, sizeof(msg), "cancel during %s: status %d (%s)",
+				 init == 0 ? "k-means++" : "Lloyd", st, err.message);
+		check(st == KM_ERR_CANCELLED, msg);
+		free(r.centroids);
+		free(r.sizes);
+		free(r.cluster_inertia);
+	}
+
+	/* invalid input and out of memory */
+	{
+		km_params	p;
+		km_result	r;
+
+		memset(&p, 0, sizeof(p));
+		memset(&r, 0, sizeof(r));
+		p.k = (int) n + 1;
+		p.max_iter = 10;
+		p.n_init = 1;
+		st = api->engine->fit(&data, &p, NULL, &r, &err);
+		check(st == KM_ERR_INVALID, "k > n is KM_ERR_INVALID");
+		{
+			km_gpu_dataset *ds = api->dataset_create(4096, 0, (int64_t) 1 << 34, &err);
+			char		msg[300];
+
+			snprintf(msg, sizeof(msg), "a 256 TB dataset is KM_ERR_DEVICE_NOMEM: %d (%s)",
+					 err.status, err.message);
+			check(ds == NULL && err.status == KM_ERR_DEVICE_NOMEM, msg);
+		}
+	}
+
+	CK(cudaMemGetInfo(&free1, &total));
+	{
+		char		msg[160];
+
+		snprintf(msg, sizeof(msg), "device memory after the API checks: %.1f MB less free than before",
+				 ((double) free0 - (double) free1) / 1e6);
+		check(free1 + (8 << 20) >= free0, msg);
+	}
+	free(x);
+	free(w);
+}
+
+static std::vector<vcase> cases = {
+		{"tiny d=2 k++", 1000, 2, 5, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 100, 0.0, 1, 0, 1},
+		{"d=3 cos random weights", 5000, 3, 8, KM_METRIC_COSINE, 1, KM_INIT_RANDOM, 100, 0.0, 1, 0, 2},
+		{"d=10 empties (far init)", 20000, 10, 16, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 50, 0.0, 1, 3, 3},
+		{"d=10 cos empties", 20000, 10, 12, KM_METRIC_COSINE, 0, KM_INIT_EXPLICIT, 50, 0.0, 1, 3, 4},
+		{"k == n d=35", 100, 35, 100, KM_METRIC_L2, 0, KM_INIT_RANDOM, 20, 0.0, 1, 0, 5},
+		{"d=35 k=40 filter w0", 10000, 35, 40, KM_METRIC_L2, 2, KM_INIT_KMEANSPP, 40, 0.0, 1, 0, 6},
+		{"d=784 k=10 direct", 20000, 784, 10, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 30, 0.0, 1, 0, 7},
+		{"d=784 k=10 cos", 20000, 784, 10, KM_METRIC_COSINE, 1, KM_INIT_RANDOM, 30, 0.0, 1, 0, 8},
+		{"1M d=3 k=5", 1000000, 3, 5, KM_METRIC_L2, 0, KM_INIT_RANDOM, 20, 0.0, 1, 0, 9},
+		{"d=256 k=1024", 50000, 256, 1024, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 4, 0.0, 1, 0, 10},
+		{"d=408 k=3000", 12000, 408, 3000, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 3, 0.0, 1, 0, 11},
+		{"d=128 k=256 tol", 200000, 128, 256, KM_METRIC_L2, 1, KM_INIT_EXPLICIT, 10, 1e-3, 1, 0, 12},
+		{"k == n d=8 k=3000", 3000, 8, 3000, KM_METRIC_L2, 0, KM_INIT_RANDOM, 10, 0.0, 1, 0, 13},
+		{"n_init=3 d=16 k=20", 8000, 16, 20, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 50, 0.0, 3, 0, 14},
+		{"dups k++ fallback", 500, 4, 30, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 20, 0.0, 1, 2, 15},
+		{"d=256 cos k=300", 20000, 256, 300, KM_METRIC_COSINE, 0, KM_INIT_KMEANSPP, 8, 0.0, 1, 0, 16},
+		{"uniform d=8 k=16", 200000, 8, 16, KM_METRIC_L2, 0, KM_INIT_RANDOM, 40, 0.0, 1, 1, 17},
+		{"d=2 k=2 weights0", 100, 2, 2, KM_METRIC_L2, 2, KM_INIT_KMEANSPP, 50, 0.0, 2, 0, 18},
+		{"d=784 k=32 filter", 5000, 784, 32, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 10, 0.0, 1, 0, 19},
+		{"d=128 k=5000 cos", 20000, 128, 5000, KM_METRIC_COSINE, 0, KM_INIT_RANDOM, 3, 0.0, 1, 0, 20},
+		{"d=50 k=24 weights", 30000, 50, 24, KM_METRIC_L2, 1, KM_INIT_KMEANSPP, 30, 0.0, 1, 0, 21},
+		{"d=100 k=7 cos uniform", 40000, 100, 7, KM_METRIC_COSINE, 0, KM_INIT_RANDOM, 25, 0.0, 1, 1, 22},
+		{"d=32 k=32 uniform", 100000, 32, 32, KM_METRIC_L2, 0, KM_INIT_RANDOM, 25, 0.0, 1, 1, 23},
+};
+
+static void
+validate(int quick)
+{
+	for (size_t i = 0; i < cases.size(); i++)
+	{
+		if (quick && cases[i].n * (int64_t) cases[i].k * cases[i].d > (int64_t) 2e9)
+			continue;
+		run_case(&cases[i]);
+		fflush(stdout);
+	}
+	api_checks();
+}
+
+/* ---- benchmark ---- */
+
+typedef struct cublas_fns
+{
+	int			(*create) (void **);
+	int			(*destroy) (void *);
+	int			(*set_math) (void *, int);
+	int			(*sgemm) (void *, int, int, int, int, int, const float *, const float *, int,
+						  const float *, int, const float *, float *, int);
+} cublas_fns;
+
+static int
+load_cublas(cublas_fns *f)
+{
+	const char *names[] = {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13",
+	"libcublas.so.12", NULL};
+	void	   *h = NULL;
+
+	for (int i = 0; names[i] != NULL && h == NULL; i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL)
+		return 0;
+	f->create = (int (*) (void **)) dlsym(h, "cublasCreate_v2");
+	f->destroy = (int (*) (void *)) dlsym(h, "cublasDestroy_v2");
+	f->set_math = (int (*) (void *, int)) dlsym(h, "cublasSetMathMode");
+	f->sgemm = (int (*) (void *, int, int, int, int, int, const float *, const float *, int,
+						 const float *, int, const float *, float *, int)) dlsym(h, "cublasSgemm_v2");
+	return f->create && f->destroy && f->set_math && f->sgemm;
+}
+
+/* Median time of SGEMM (n x d)(d x k) -> n x k, fp32 without TF32. */
+static double
+sgemm_ms(const cublas_fns *cb, int64_t n, int d, int k)
+{
+	float	   *A,
+			   *B,
+			   *Cm;
+	void	   *h = NULL;
+	cudaEvent_t e0,
+				e1;
+	std::vector<double> t;
+	const float one = 1.0f,
+				zero = 0.0f;
+
+	CK(cudaMalloc(&A, sizeof(float) * n * d));
+	CK(cudaMalloc(&B, sizeof(float) * (size_t) k * d));
+	CK(cudaMalloc(&Cm, sizeof(float) * n * k));
+	CK(cudaMemset(A, 0x3c, sizeof(float) * n * d));	/* ~0.01: not zeros */
+	CK(cudaMemset(B, 0x3d, sizeof(float) * (size_t) k * d));
+	cb->create(&h);
+	cb->set_math(h, 0);			/* CUBLAS_DEFAULT_MATH: fp32, no TF32 */
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int it = 0; it < 8; it++)
+	{
+		float		ms = 0;
+
+		CK(cudaEventRecord(e0, 0));
+		/* column-major: C^T (k x n) = B (k x d as d x k, transposed) * A^T */
+		cb->sgemm(h, 1 /* T */ , 0 /* N */ , k, (int) n, d, &one, B, d, A, d, &zero, Cm, k);
+		CK(cudaEventRecord(e1, 0));
+		CK(cudaEventSynchronize(e1));
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (it >= 2)
+			t.push_back(ms);
+	}
+	std::sort(t.begin(), t.end());
+	cb->destroy(h);
+	CK(cudaFree(A));
+	CK(cudaFree(B));
+	CK(cudaFree(Cm));
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	return t[t.size() / 2];
+}
+
+static double
+fit_seconds(km_gpu_dataset *ds, km_params *p, int d, int max_iter, int *iters)
+{
+	km_result	r;
+	km_error	err;
+	double		t0,
+				t;
+	km_status	st;
+
+	r.centroids = (float *) malloc(sizeof(float) * p->k * d);
+	r.sizes = (int64_t *) malloc(sizeof(int64_t) * p->k);
+	r.cluster_inertia = (double *) malloc(sizeof(double) * p->k);
+	r.labels = NULL;
+	p->max_iter = max_iter;
+	t0 = now();
+	st = api->dataset_fit(ds, p, NULL, &r, &err);
+	t = now() - t0;
+	if (st != KM_OK)
+	{
+		printf("FAIL bench fit: %s\n", err.message);
+		failures++;
+	}
+	*iters = r.iterations;
+	free(r.centroids);
+	free(r.sizes);
+	free(r.cluster_inertia);
+	return t;
+}
+
+static void
+bench(void)
+{
+	struct shape
+	{
+		int64_t		n;
+		int			d,
+					k;
+		int			n1,
+					n2;
+		double		target;		/* ratio, or absolute microseconds when < 0 */
+		int			kind;		/* 0: blobs + noise (kmeans_bench.c), 1: uniform */
+	}			shapes[] = {
+		{100000, 256, 1024, 3, 13, 1.2, 0},
+		{300000, 408, 5000, 2, 6, 1.2, 0},
+		{2000000, 128, 1024, 2, 6, 1.2, 0},
+		{1000000, 8, 16, 5, 45, -30, 0},
+		{1000000, 8, 16, 5, 45, -30, 1},
+		{70000, 784, 10, 1, 4, -100, 0},
+		{70000, 784, 10, 5, 45, -100, 1},
+	};
+	cublas_fns	cb;
+	int			have_cublas = load_cublas(&cb);
+
+	printf("\n%-22s %12s %12s %8s %10s %9s  %s\n", "shape (n,d,k)", "iter (us)", "sgemm (us)",
+		   "ratio", "target", "upload", "iters");
+	fprintf(summary, "\nper-iteration time (explicit init, tol 0, data on the GPU), SGEMM strict fp32\n");
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+	{
+		const int64_t n = shapes[s].n;
+		const int	d = shapes[s].d,
+					k = shapes[s].k;
+		float	   *x = generate(n, d, k, 1234 + s, shapes[s].kind);
+		float	   *init = (float *) malloc(sizeof(float) * k * d);
+		km_error	err;
+		km_gpu_dataset *ds;
+		km_params	p;
+		double		t0,
+					up,
+					best1 = 1e30,
+					best2 = 1e30,
+					per,
+					gm = 0;
+		int			i1 = 0,
+					i2 = 0;
+		char		line[300];
+
+		for (int j = 0; j < k; j++)
+			memcpy(init + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
+		t0 = now();
+		ds = api->dataset_create(d, 0, n, &err);
+		if (ds == NULL)
+		{
+			printf("FAIL dataset_create: %s\n", err.message);
+			failures++;
+			continue;
+		}
+		for (int64_t done = 0; done < n;)
+		{
+			int64_t		room = 0;
+			float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
+			int64_t		m = std::min(room, n - done);
+
+			memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
+			api->dataset_commit(ds, m, &err);
+			done += m;
+		}
+		up = now() - t0;
+		memset(&p, 0, sizeof(p));
+		p.k = k;
+		p.tol = 0.0;
+		p.init = KM_INIT_EXPLICIT;
+		p.init_centroids = init;
+		p.metric = KM_METRIC_L2;
+		p.n_init = 1;
+		for (int rep = 0; rep < 3; rep++)
+		{
+			best1 = std::min(best1, fit_seconds(ds, &p, d, shapes[s].n1, &i1));
+			best2 = std::min(best2, fit_seconds(ds, &p, d, shapes[s].n2, &i2));
+		}
+		per = (best2 - best1) / (i2 - i1 > 0 ? i2 - i1 : 1);
+		api->dataset_free(ds);
+		if (have_cublas)
+			gm = sgemm_ms(&cb, n, d, k) * 1e-3;
+		if (shapes[s].target > 0)
+			snprintf(line, sizeof(line), "(%lld,%d,%d)%s %12.1f %12.1f %8.3f %10s %7.1fGB/s  %d-%d",
+					 (long long) n, d, k, shapes[s].kind ? " unif" : " blob", per * 1e6, gm * 1e6, gm > 0 ? per / gm : 0.0,
+					 "<= 1.2x", (double) n * d * 4 / up / 1e9, i1, i2);
+		else
+			snprintf(line, sizeof(line), "(%lld,%d,%d)%s %12.1f %12.1f %8.3f %7.0f us %7.1fGB/s  %d-%d",
+					 (long long) n, d, k, shapes[s].kind ? " unif" : " blob", per * 1e6, gm * 1e6,
+					 gm > 0 ? per / gm : 0.0, -shapes[s].target, (double) n * d * 4 / up / 1e9, i1, i2);
+		printf("%s\n", line);
+		fprintf(summary, "%s\n", line);
+		fflush(stdout);
+		free(x);
+		free(init);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *so = "kernels/bench/bin/kmeans_gpu_cuda.so";
+	int			do_val = 0,
+				do_bench = 0,
+				do_api = 0,
+				one_case = -1,
+				quick = 0;
+	void	   *h;
+	const km_gpu_api *(*get) (void);
+
+	for (int i = 1; i < argc; i++)
+	{
+		if (strcmp(argv[i], "--so") == 0 && i + 1 < argc)
+			so = argv[++i];
+		else if (strcmp(argv[i], "validate") == 0)
+			do_val = 1;
+		else if (strcmp(argv[i], "bench") == 0)
+			do_bench = 1;
+		else if (strcmp(argv[i], "quick") == 0)
+			quick = 1;
+		else if (strcmp(argv[i], "api") == 0)
+			do_api = 1;
+		else if (strcmp(argv[i], "case") == 0 && i + 1 < argc)
+			one_case = atoi(argv[++i]);
+		else if (strcmp(argv[i], "ncases") == 0)
+		{
+			printf("%zu\n", cases.size());
+			return 0;
+		}
+	}
+	if (!do_val && !do_bench && !do_api && one_case < 0)
+		do_val = do_bench = 1;
+	summary = tmpfile();
+	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL)
+	{
+		fprintf(stderr, "dlopen %s: %s\n", so, dlerror());
+		return 2;
+	}
+	get = (const km_gpu_api *(*) (void)) dlsym(h, "km_gpu_get_api");
+	if (get == NULL || (api = get()) == NULL || api->abi != KM_GPU_ABI ||
+		api->engine->abi != KM_ENGINE_ABI)
+	{
+		fprintf(stderr, "no usable km_gpu_get_api in %s\n", so);
+		return 2;
+	}
+	{
+		km_error	err;
+		km_gpu_device dev;
+		int			count = api->device_count(&err);
+
+		if (count < 1 || api->device_info(0, &dev, &err) != KM_OK)
+		{
+			fprintf(stderr, "no device: %s\n", err.message);
+			return 2;
+		}
+		printf("device 0: %s, cc %d.%d, %d SMs, %.1f GB free of %.1f\n", dev.name, dev.cc_major,
+			   dev.cc_minor, dev.multiprocessors, dev.free_bytes / 1e9, dev.total_bytes / 1e9);
+	}
+	if (do_val)
+		validate(quick);
+	if (one_case >= 0 && one_case < (int) cases.size())
+		run_case(&cases[one_case]);
+	if (do_api)
+		api_checks();
+	if (do_bench)
+		bench();
+	api->release_all();
+
+	printf("\n==== summary: %d failure(s) ====\n", failures);
+	rewind(summary);
+	{
+		char		buf[512];
+
+		while (fgets(buf, sizeof(buf), summary) != NULL)
+			fputs(buf, stdout);
+	}
+	return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,625 @@
+/*
+ * bench_kernels.cu
+ *	  Each kernel family of the engine against its plain C reference, and
+ *	  the time of every step of a Lloyd iteration, on the target shapes.
+ *
+ *	bin/bench_kernels [validate] [bench]
+ *
+ * Linked with the engine's objects (bin/engine_objs/), so it calls the
+ * launchers of gpu_internal.cuh directly:
+ *	- assign_direct.cu / assign_exact.cu: labels against ref_assign
+ *	  (km_exact_nearest), on data with many near-ties (duplicated rows and
+ *	  centroids, a large common offset), for both metrics;
+ *	- update.cu: per-cluster sums against a C loop (relative 1e-12);
+ *	- the timing of prepare, filter, classify, exact, sort, segment,
+ *	  finalize (large k) and of the fused pass, reduction and finalize
+ *	  (small k), each the median of 20 launches, against the bytes each
+ *	  must move and cuBLAS-free ceilings (4.3 TB/s).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu_internal.cuh"
+#include "ref_kmeans.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static int	failures = 0;
+
+static uint64_t
+mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static float
+urand(uint64_t *s)
+{
+	*s = mix(*s + 0x9E3779B97F4A7C15ULL);
+	return (float) ((*s >> 40) * (1.0 / 16777216.0));
+}
+
+/* Rows on the device and everything an iteration needs. */
+typedef struct setup
+{
+	kmg_args	a;
+	kmg_direct_plan plan;
+	int64_t		n;
+	int			d,
+				dp,
+				k,
+				kp;
+	float	   *X;
+	int32_t    *iota;
+	void	   *work;
+	void	   *temp;
+	size_t		temp_bytes;
+	int			sms;
+} setup;
+
+static void *
+dmalloc(size_t b)
+{
+	void	   *p;
+
+	CK(cudaMalloc(&p, b > 0 ? b : 1));
+	CK(cudaMemset(p, 0, b > 0 ? b : 1));
+	return p;
+}
+
+/* x: n x d host rows (already normalised for cosine), C: k x d. */
+static void
+make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, int cosine,
+		   int want_direct)
+{
+	cudaDeviceProp prop;
+	const int	dp = KMG_ROUND_UP(d, KM_FILTER_DPAD);
+	const int	kp = km_filter_kpad(k);
+	kmg_args   *a = &s->a;
+	kmg_ctl		c;
+
+	CK(cudaGetDeviceProperties(&prop, 0));
+	memset(s, 0, sizeof(*s));
+	s->n = n;
+	s->d = d;
+	s->dp = dp;
+	s->k = k;
+	s->kp = kp;
+	s->sms = prop.multiProcessorCount;
+	s->X = (float *) dmalloc(sizeof(float) * n * dp);
+	CK(cudaMemcpy2D(s->X, dp * 4, x, d * 4, d * 4, n, cudaMemcpyHostToDevice));
+	a->X = s->X;
+	a->W = NULL;
+	a->xnorm = (float *) dmalloc(sizeof(float) * n);
+	a->n = n;
+	a->d = d;
+	a->dp = dp;
+	a->cosine = cosine;
+	a->lloyd = 1;
+	a->k = k;
+	a->kp = kp;
+	a->C = (float *) dmalloc(sizeof(float) * kp * dp);
+	a->Cf = cosine ? (float *) dmalloc(sizeof(float) * kp * dp) : a->C;
+	CK(cudaMemcpy2D(a->C, dp * 4, C, d * 4, d * 4, k, cudaMemcpyHostToDevice));
+	a->cn = (float *) dmalloc(sizeof(float) * kp);
+	a->cnf = (float *) dmalloc(sizeof(float) * k);
+	a->cnorm = (double *) dmalloc(sizeof(double) * k);
+	a->labels = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->best = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->fbest = (float *) dmalloc(sizeof(float) * n);
+	a->fsecond = (float *) dmalloc(sizeof(float) * n);
+	a->cost = (double *) dmalloc(sizeof(double) * n);
+	a->amb = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->skeys = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->svals = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->clus = (double *) dmalloc(sizeof(double) * k * KMG_CW(dp));
+	a->maxpieces = kmg_max_pieces(n, k);
+	a->bounds = (int2 *) dmalloc(sizeof(int2) * k);
+	a->pclus = (int2 *) dmalloc(sizeof(int2) * k);
+	a->ptab = (int4 *) dmalloc(sizeof(int4) * a->maxpieces);
+	a->npieces = (int *) dmalloc(sizeof(int));
+	a->ppart = (double *) dmalloc(sizeof(double) * a->maxpieces * KMG_CW(dp));
+	a->xcap = kmg_exact_cap(n);
+	a->xchunks = (k + KMG_XCHUNK - 1) / KMG_XCHUNK;
+	a->xcost = (double *) dmalloc(sizeof(double) * a->xcap * a->xchunks);
+	a->xidx = (int32_t *) dmalloc(sizeof(int32_t) * a->xcap * a->xchunks);
+	a->reloc = (int *) dmalloc(sizeof(int) * k);
+	a->empties = (int32_t *) dmalloc(sizeof(int32_t) * k);
+	a->ctl = (kmg_ctl *) dmalloc(sizeof(kmg_ctl));
+	a->stats = (kmg_stat *) dmalloc(sizeof(kmg_stat) * 1000);
+	s->iota = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	CK(kmg_fill_int(s->iota, n, 0, 1, 0));
+	CK(kmg_fill_int(a->labels, n, -1, 0, 0));
+	s->work = dmalloc(km_filter_work_bytes(kp, dp));
+	s->temp_bytes = kmg_sort_temp_bytes(n, k);
+	s->temp = dmalloc(s->temp_bytes);
+	memset(&c, 0, sizeof(c));
+	c.max_iter = 1000000;
+	CK(cudaMemcpy(a->ctl, &c, sizeof(c), cudaMemcpyHostToDevice));
+	CK(kmg_prep_rows(s->X, NULL, n, d, dp, 0, NULL, (float *) a->xnorm, NULL, 0));
+	CK(kmg_finalize(a, KMG_FIN_SETUP, 0));
+	if (want_direct)
+	{
+		s->plan = kmg_direct_make_plan(n, d, dp, k, KMG_MODE_ITER, s->sms,
+									   prop.sharedMemPerBlockOptin);
+		if (s->plan.ok)
+		{
+			CK(kmg_direct_prepare(&s->plan, s->sms));
+			a->part = (double *) dmalloc(sizeof(double) * s->plan.nblocks * k * KMG_CW(dp));
+			a->part_moved = (int *) dmalloc(sizeof(int) * s->plan.nblocks);
+			a->nblocks = s->plan.nblocks;
+		}
+	}
+	CK(cudaDeviceSynchronize());
+}
+
+static void
+free_setup(setup *s)
+{
+	kmg_args   *a = &s->a;
+	void	   *ps[] = {s->X, (void *) a->xnorm, a->C, a->cn, a->cnf, a->cnorm, a->labels, a->best,
+		a->fbest, a->fsecond, a->cost, a->amb, a->skeys, a->svals, a->clus, a->reloc,
+		a->empties, a->ctl, a->stats, s->iota, s->work, s->temp, a->part, a->part_moved,
+		a->bounds, a->pclus, a->ptab, a->npieces, a->ppart, a->xcost, a->xidx};
+
+	if (a->Cf != a->C)
+		CK(cudaFree(a->Cf));
+	for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
+		if (ps[i] != NULL)
+			CK(cudaFree(ps[i]));
+}
+
+/* Exact labels for the setup's centroids, by the direct or the filter path. */
+static void
+gpu_labels(setup *s, int direct)
+{
+	kmg_args	a = s->a;
+
+	a.lloyd = 0;
+	if (direct)
+	{
+		kmg_direct_plan p = s->plan;
+
+		CK(kmg_direct_assign(&a, &p, KMG_MODE_LABELS, 0));
+	}
+	else
+	{
+		CK(cudaMemset(&a.ctl->namb, 0, sizeof(int)));
+		CK(km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, s->work, 0));
+		CK(km_filter_top2(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.fsecond, 0));
+		CK(kmg_classify(&a, KMG_MODE_LABELS, 0));
+		CK(kmg_exact_refine(&a, KMG_MODE_LABELS, s->sms, 0));
+	}
+	CK(cudaDeviceSynchronize());
+}
+
+/*
+ * Labels: rows with a large common offset (the slack is then large, many
+ * rows are ambiguous) and duplicated rows and centroids (exact ties).
+ */
+static void
+validate_labels(void)
+{
+	struct
+	{
+		int64_t		n;
+		int			d,
+					k,
+					cosine,
+					direct;
+		float		offset;
+	}			cs[] = {
+		{20000, 8, 16, 0, 1, 100.0f}, {20000, 8, 16, 1, 1, 0.0f}, {5000, 784, 10, 0, 1, 50.0f},
+		{5000, 35, 24, 0, 1, 0.0f}, {20000, 3, 5, 0, 1, 1000.0f}, {20000, 64, 32, 1, 1, 0.0f},
+		{20000, 8, 16, 0, 0, 100.0f}, {10000, 256, 300, 0, 0, 30.0f}, {4000, 408, 1000, 1, 0, 0.0f},
+		{3000, 17, 3000, 0, 0, 5.0f}, {100000, 8, 40, 0, 0, 100.0f}, {20000, 100, 20, 0, 1, 20.0f},
+	};
+
+	for (size_t t = 0; t < sizeof(cs) / sizeof(cs[0]); t++)
+	{
+		const int64_t n = cs[t].n;
+		const int	d = cs[t].d,
+					k = cs[t].k;
+		float	   *x = (float *) malloc(sizeof(float) * n * d);
+		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		int32_t    *gl = (int32_t *) malloc(sizeof(int32_t) * n);
+		int32_t    *rl = (int32_t *) malloc(sizeof(int32_t) * n);
+		uint64_t	sd = 1000 + t;
+		setup		s;
+		int64_t		diff = 0;
+		int			namb = 0;
+		float	   *xf;
+
+		for (int64_t r = 0; r < n; r++)
+			for (int i = 0; i < d; i++)
+				x[r * d + i] = (r % 7 == 3 && r > 0) ? x[(r - 1) * d + i]
+					: cs[t].offset + urand(&sd);
+		for (int j = 0; j < k; j++)
+			for (int i = 0; i < d; i++)
+				C[j * d + i] = (j % 5 == 4) ? C[(j - 1) * d + i]
+					: x[(size_t) ((j * 131) % n) * d + i] + 0.01f * urand(&sd);
+		xf = ref_rows(x, n, d, cs[t].cosine);
+		make_setup(&s, xf, n, d, C, k, cs[t].cosine, cs[t].direct);
+		if (cs[t].direct && !s.plan.ok)
+		{
+			printf("FAIL labels case %zu: direct plan refused\n", t);
+			failures++;
+			free_setup(&s);
+			continue;
+		}
+		gpu_labels(&s, cs[t].direct);
+		CK(cudaMemcpy(gl, s.a.labels, sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
+		ref_assign(xf, n, d, C, k, cs[t].cosine, rl, NULL);
+		for (int64_t r = 0; r < n; r++)
+			diff += gl[r] != rl[r];
+		printf("%s labels %-6s n=%lld d=%d k=%d %s offset %g: %lld differ (ambiguous listed: %d)\n",
+			   diff == 0 ? "ok  " : "FAIL", cs[t].direct ? "direct" : "filter", (long long) n, d, k,
+			   cs[t].cosine ? "cos" : "l2", cs[t].offset, (long long) diff, namb);
+		failures += diff != 0;
+		free_setup(&s);
+		free(x);
+		free(C);
+		free(gl);
+		free(rl);
+		free(xf);
+	}
+}
+
+/* Sums per cluster: the sort + segment path and the fused path against a C loop. */
+static void
+validate_sums(void)
+{
+	const struct
+	{
+		int			direct;
+		int64_t		n;
+		int			d,
+					k;
+	}			cfg[] = {{0, 50000, 40, 300}, {1, 50000, 12, 20}, {0, 200000, 16, 40}, {1, 30000, 100, 10}};
+
+	for (int t = 0; t < 4; t++)
+	{
+		const int	direct = cfg[t].direct;
+		const int64_t n = cfg[t].n;
+		const int	d = cfg[t].d,
+					k = cfg[t].k;
+		const int	dp = KMG_ROUND_UP(d, 8);
+		float	   *x = (float *) malloc(sizeof(float) * n * d);
+		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		int32_t    *lab = (int32_t *) malloc(sizeof(int32_t) * n);
+		double	   *cl = (double *) malloc(sizeof(double) * k * KMG_CW(dp));
+		double	   *rs = (double *) calloc((size_t) k * d, sizeof(double));
+		double	   *rn = (double *) calloc(k, sizeof(double));
+		uint64_t	sd = 77;
+		setup		s;
+		double		maxrel = 0;
+		int64_t		cdiff = 0;
+
+		for (int64_t i = 0; i < n * d; i++)
+			x[i] = urand(&sd) * 4 - 2;
+		for (int j = 0; j < k; j++)
+			memcpy(C + j * d, x + (size_t) j * 17 * d, sizeof(float) * d);
+		make_setup(&s, x, n, d, C, k, 0, direct);
+		if (direct)
+		{
+			kmg_direct_plan p = s.plan;
+
+			CK(kmg_direct_assign(&s.a, &p, KMG_MODE_ITER, 0));
+			CK(kmg_reduce_partials(&s.a, 0));
+		}
+		else
+		{
+			gpu_labels(&s, 0);
+			CK(kmg_sort_labels(&s.a, s.iota, s.temp, s.temp_bytes, 0));
+			{
+				kmg_args	a = s.a;
+
+				a.lloyd = 0;
+				CK(kmg_segment(&a, KMG_MODE_ITER, 1, 0));
+			}
+		}
+		CK(cudaDeviceSynchronize());
+		CK(cudaMemcpy(lab, s.a.labels, sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(cl, s.a.clus, sizeof(double) * k * KMG_CW(dp), cudaMemcpyDeviceToHost));
+		for (int64_t r = 0; r < n; r++)
+		{
+			rn[lab[r]] += 1;
+			for (int i = 0; i < d; i++)
+				rs[lab[r] * d + i] += x[r * d + i];
+		}
+		for (int j = 0; j < k; j++)
+		{
+			cdiff += cl[j * KMG_CW(dp) + dp + 1] != rn[j] || cl[j * KMG_CW(dp) + dp] != rn[j];
+			for (int i = 0; i < d; i++)
+				maxrel = std::max(maxrel, fabs(cl[j * KMG_CW(dp) + i] - rs[j * d + i]) /
+								  (fabs(rs[j * d + i]) + 1e-9));
+		}
+		printf("%s sums %-6s n=%lld d=%d k=%d: counts/weights differ %lld, max rel %.2e\n",
+			   cdiff == 0 && maxrel < 1e-12 ? "ok  " : "FAIL", direct ? "direct" : "sorted",
+			   (long long) n, d, k, (long long) cdiff, maxrel);
+		failures += !(cdiff == 0 && maxrel < 1e-12);
+		free_setup(&s);
+		free(x);
+		free(C);
+		free(lab);
+		free(cl);
+		free(rs);
+		free(rn);
+	}
+}
+
+/* ---- timing ---- */
+
+typedef cudaError_t (*step_fn) (setup *s);
+
+static cudaError_t
+st_prepare(setup *s)
+{
+	return km_filter_prepare(s->a.Cf, s->a.cn, s->k, s->kp, s->dp, s->work, 0);
+}
+
+static cudaError_t
+st_top2(setup *s)
+{
+	return km_filter_top2(s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best, s->a.fbest,
+						  s->a.fsecond, 0);
+}
+
+static cudaError_t
+st_classify(setup *s)
+{
+	cudaError_t e = cudaMemset(&s->a.ctl->namb, 0, sizeof(int));
+
+	return e != cudaSuccess ? e : kmg_classify(&s->a, KMG_MODE_ITER, 0);
+}
+
+static cudaError_t
+st_exact(setup *s)
+{
+	return kmg_exact_refine(&s->a, KMG_MODE_ITER, s->sms, 0);
+}
+
+static cudaError_t
+st_sort(setup *s)
+{
+	return kmg_sort_labels(&s->a, s->iota, s->temp, s->temp_bytes, 0);
+}
+
+static cudaError_t
+st_segment(setup *s)
+{
+	return kmg_segment(&s->a, KMG_MODE_ITER, 1, 0);
+}
+
+static cudaError_t
+st_finalize(setup *s)
+{
+	return kmg_finalize(&s->a, KMG_FIN_SETUP, 0);
+}
+
+static cudaError_t
+st_direct(setup *s)
+{
+	kmg_direct_plan p = s->plan;
+
+	return kmg_direct_assign(&s->a, &p, KMG_MODE_ITER, 0);
+}
+
+static cudaError_t
+st_reduce(setup *s)
+{
+	return kmg_reduce_partials(&s->a, 0);
+}
+
+static double
+time_step(setup *s, step_fn f)
+{
+	cudaEvent_t e0,
+				e1;
+	std::vector<float> t;
+
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int i = 0; i < 23; i++)
+	{
+		float		ms;
+
+		CK(cudaEventRecord(e0, 0));
+		CK(f(s));
+		CK(cudaEventRecord(e1, 0));
+		CK(cudaEventSynchronize(e1));
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (i >= 3)
+			t.push_back(ms);
+	}
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	std::sort(t.begin(), t.end());
+	return t[t.size() / 2] * 1e3;
+}
+
+/* kmeans_bench.c's data: blobs around 2k centres, 10% noise. */
+static float *
+blobs(int64_t n, int d, int k, uint64_t seed)
+{
+	float	   *c = (float *) malloc(sizeof(float) * 2 * k * d);
+	float	   *x = (float *) malloc(sizeof(float) * n * d);
+	uint64_t	s = seed;
+
+	for (int i = 0; i < 2 * k * d; i++)
+		c[i] = 20 * urand(&s) - 10;
+#pragma omp parallel for
+	for (int64_t r = 0; r < n; r++)
+	{
+		uint64_t	rs = mix(seed + r);
+		float	   *row = x + r * d;
+
+		if (urand(&rs) < 0.1f)
+			for (int i = 0; i < d; i++)
+				row[i] = 20 * urand(&rs) - 10;
+		else
+		{
+			const float *cc = c + (size_t) (mix(rs) % (2 * k)) * d;
+
+			for (int i = 0; i < d; i++)
+			{
+				float		u1 = urand(&rs) + 1e-7f,
+							u2 = urand(&rs);
+
+				row[i] = cc[i] + 2.0f * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+			}
+		}
+	}
+	free(c);
+	return x;
+}
+
+static void
+bench(void)
+{
+	struct
+	{
+		int64_t		n;
+		int			d,
+					k;
+	}			shapes[] = {
+		{100000, 256, 1024}, {300000, 408, 5000}, {2000000, 128, 1024}, {1000000, 8, 16},
+		{70000, 784, 10},
+	};
+
+	printf("\nstep times (median of 20, us); data: blobs + 10%% noise, centroids = rows\n");
+	for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++)
+	{
+		const int64_t n = shapes[t].n;
+		const int	d = shapes[t].d,
+					k = shapes[t].k;
+		float	   *x = blobs(n, d, k, 5 + t);
+		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		setup		s;
+		const double xbytes = (double) n * KMG_ROUND_UP(d, 8) * 4;
+		int			namb = 0;
+
+		for (int j = 0; j < k; j++)
+			memcpy(C + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
+		make_setup(&s, x, n, d, C, k, 0, 1);
+		printf("(%lld,%d,%d): X = %.1f MB, one read at 4.3 TB/s = %.1f us\n", (long long) n, d, k,
+			   xbytes / 1e6, xbytes / 4.3e12 * 1e6);
+		if (s.plan.ok)
+		{
+			double		a = time_step(&s, st_direct),
+						b = time_step(&s, st_reduce),
+						c = time_step(&s, st_finalize);
+
+			printf("  fused pass %.1f (%.2f TB/s)  reduce %.1f  finalize %.1f  (plan: kb %d s %d stages %d groups %d smem %zu grid %d)\n",
+				   a, xbytes / a / 1e6, b, c, s.plan.kb, s.plan.s, s.plan.nstage, s.plan.groups,
+				   s.plan.smem, s.plan.nblocks);
+		}
+		/* the filter path on every shape (the small ones only for reference) */
+		{
+			double		tp = time_step(&s, st_prepare),
+						tt = time_step(&s, st_top2),
+						tc = time_step(&s, st_classify),
+						tx,
+						ts,
+						tg,
+						tf;
+
+			CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
+			tx = time_step(&s, st_exact);
+			ts = time_step(&s, st_sort);
+			tg = time_step(&s, st_segment);
+			tf = time_step(&s, st_finalize);
+			printf("  filter path: prepare %.1f  top2 %.1f  classify %.1f  exact %.1f (%d ambiguous rows, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
+				   tp, tt, tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
+				   tp + tc + tx + ts + tg + tf, 100.0 * (tp + tc + tx + ts + tg + tf) / tt);
+		}
+		fflush(stdout);
+		free_setup(&s);
+		free(x);
+		free(C);
+	}
+}
+
+/* One launch of each step on three shapes, for a profiler (ncu) to look at. */
+static void
+profile(void)
+{
+	struct
+	{
+		int64_t		n;
+		int			d,
+					k;
+	}			shapes[] = {{1000000, 8, 16}, {70000, 784, 10}, {100000, 256, 1024}};
+
+	for (int t = 0; t < 3; t++)
+	{
+		const int64_t n = shapes[t].n;
+		const int	d = shapes[t].d,
+					k = shapes[t].k;
+		float	   *x = blobs(n, d, k, 5 + t);
+		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		setup		s;
+
+		for (int j = 0; j < k; j++)
+			memcpy(C + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
+		make_setup(&s, x, n, d, C, k, 0, 1);
+		if (s.plan.ok)
+		{
+			CK(st_direct(&s));
+			CK(st_direct(&s));
+			CK(st_reduce(&s));
+		}
+		else
+		{
+			CK(st_top2(&s));
+			CK(st_classify(&s));
+			CK(st_exact(&s));
+			CK(st_sort(&s));
+			CK(st_segment(&s));
+		}
+		CK(st_finalize(&s));
+		CK(cudaDeviceSynchronize());
+		free_setup(&s);
+		free(x);
+		free(C);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	int			val = 0,
+				ben = 0;
+
+	for (int i = 1; i < argc; i++)
+	{
+		val |= strcmp(argv[i], "validate") == 0;
+		ben |= strcmp(argv[i], "bench") == 0;
+		if (strcmp(argv[i], "profile") == 0)
+		{
+			profile();
+			return 0;
+		}
+	}
+	if (!val && !ben)
+		val = ben = 1;
+	if (val)
+	{
+		validate_labels();
+		validate_sums();
+	}
+	if (ben)
+		bench();
+	printf("\n==== bench_kernels: %d failure(s) ====\n", failures);
+	return failures != 0;
+}

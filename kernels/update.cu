@@ -1,0 +1,713 @@
+/*
+ * update.cu
+ *	  The M step for any k: rows grouped by label with a stable radix sort,
+ *	  per-cluster sums in row order, the centroid update with its decisions
+ *	  (settled, tolerance, max_iter, empty clusters), and the re-seeding of
+ *	  empty clusters with the farthest rows.
+ *
+ * Plain C reference: km_ref_lloyd in kernels/bench/ref_kmeans.c (the CPU
+ * engine's rules: src/engine/cpu_lloyd.c), compared end to end by
+ * bench_engine.cu.
+ *
+ * Why it is fast, and deterministic.  Floating-point atomics would make the
+ * sums depend on timing, so rows are first grouped by label: CUB's radix
+ * sort of (label, row) pairs over ceil(log2 k) bits is stable, so each
+ * cluster's rows come in increasing row order, whatever the grid.  Each
+ * cluster's rows are then cut into pieces of KMG_PIECE rows, one block per
+ * piece (so a few big clusters still fill the GPU), summed in row order with
+ * several rows' loads in flight, and the pieces are added in order; the cost
+ * is one gathered read of X plus the sort, a few percent of the GEMM for the
+ * large-k shapes.  The finalize kernel moves the centroids and its
+ * last block (ticket counter, after a fence) takes the decisions for the
+ * whole iteration, so the host only reads a few bytes per batch.
+ */
+#include "gpu_internal.cuh"
+
+#include <math.h>
+
+#include <cub/cub.cuh>
+
+/* Bits that hold a label < k. */
+static int
+kmg_label_bits(int k)
+{
+	int			b = 1;
+
+	while (b < 31 && (1 << b) < k)
+		b++;
+	return b;
+}
+
+size_t
+kmg_sort_temp_bytes(int64_t n, int k)
+{
+	size_t		a = 0,
+				b = 0;
+
+	cub::DeviceRadixSort::SortPairs((void *) NULL, a, (const int32_t *) NULL, (int32_t *) NULL,
+									(const int32_t *) NULL, (int32_t *) NULL, (int) n, 0,
+									kmg_label_bits(k));
+	cub::DeviceRadixSort::SortPairsDescending((void *) NULL, b, (const double *) NULL,
+											  (double *) NULL, (const int32_t *) NULL,
+											  (int32_t *) NULL, (int) n);
+	if (b > a)
+		a = b;
+	cub::DeviceRadixSort::SortPairs((void *) NULL, b, (const double *) NULL, (double *) NULL,
+									(const int32_t *) NULL, (int32_t *) NULL, (int) n);
+	return a > b ? a : b;
+}
+
+/* skeys/svals: labels sorted, with their rows (stable: rows ascend). */
+cudaError_t
+kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_bytes,
+				cudaStream_t stream)
+{
+	size_t		bytes = temp_bytes;
+
+	return cub::DeviceRadixSort::SortPairs(temp, bytes, (const int32_t *) a->labels, a->skeys,
+										   iota, a->svals, (int) a->n, 0,
+										   kmg_label_bits(a->k), stream);
+}
+
+/* Rows by decreasing cost, ties to the lower row (the sort is stable). */
+cudaError_t
+kmg_sort_costs_desc(const double *cost, double *keys_out, const int32_t *iota,
+					int32_t *rows_out, int64_t n, void *temp, size_t temp_bytes,
+					cudaStream_t stream)
+{
+	size_t		bytes = temp_bytes;
+
+	return cub::DeviceRadixSort::SortPairsDescending(temp, bytes, cost, keys_out, iota,
+													 rows_out, (int) n, 0, 64, stream);
+}
+
+/* Rows by increasing key, ties to the lower row (random init). */
+cudaError_t
+kmg_sort_keys_asc(const double *keys, double *keys_out, const int32_t *iota,
+				  int32_t *rows_out, int64_t n, void *temp, size_t temp_bytes,
+				  cudaStream_t stream)
+{
+	size_t		bytes = temp_bytes;
+
+	return cub::DeviceRadixSort::SortPairs(temp, bytes, keys, keys_out, iota, rows_out,
+										   (int) n, 0, 64, stream);
+}
+
+/* First position in sorted keys[0..n) holding a value >= v. */
+__device__ __forceinline__ int64_t
+kmg_lower_bound(const int32_t *keys, int64_t n, int v)
+{
+	int64_t		lo = 0,
+				hi = n;
+
+	while (lo < hi)
+	{
+		int64_t		mid = (lo + hi) >> 1;
+
+		if (keys[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+#define KMG_SEG_NT 128
+
+/* [start, end) of every label present in the sorted keys (absent: 0, 0). */
+__global__ void
+kmg_bounds_kernel(kmg_args a)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	const int32_t *keys = a.skeys;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride)
+	{
+		const int	key = keys[i];
+
+		if (i == 0 || keys[i - 1] != key)
+			a.bounds[key].x = (int) i;
+		if (i == a.n - 1 || keys[i + 1] != key)
+			a.bounds[key].y = (int) (i + 1);
+	}
+}
+
+/*
+ * Cut every cluster's rows into pieces of at most KMG_PIECE rows (an empty
+ * cluster gets one empty piece), numbered cluster by cluster: one block,
+ * a running block scan over the clusters.
+ */
+__global__ void __launch_bounds__(1024)
+kmg_pieces_kernel(kmg_args a)
+{
+	typedef cub::BlockScan<int, 1024> Scan;
+	__shared__ typename Scan::TempStorage tmp;
+	__shared__ int carry;
+	const int	tid = threadIdx.x;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	if (tid == 0)
+		carry = 0;
+	__syncthreads();
+	for (int j0 = 0; j0 < a.k; j0 += 1024)
+	{
+		const int	j = j0 + tid;
+		int2		se = make_int2(0, 0);
+		int			np = 0,
+					off,
+					tot;
+
+		if (j < a.k)
+		{
+			se = a.bounds[j];
+			np = (se.y - se.x + KMG_PIECE - 1) / KMG_PIECE;
+			if (np < 1)
+				np = 1;
+		}
+		Scan(tmp).ExclusiveSum(np, off, tot);
+		if (j < a.k)
+		{
+			const int	base = carry + off;
+
+			a.pclus[j] = make_int2(base, np);
+			for (int p = 0; p < np; p++)
+			{
+				const int	s0 = se.x + p * KMG_PIECE;
+				const int	s1 = s0 + KMG_PIECE < se.y ? s0 + KMG_PIECE : se.y;
+
+				a.ptab[base + p] = make_int4(j, s0, s1 > s0 ? s1 : s0, 0);
+			}
+		}
+		__syncthreads();
+		if (tid == 0)
+			carry += tot;
+		__syncthreads();
+	}
+	if (tid == 0)
+		*a.npieces = carry;
+}
+
+/*
+ * One block per piece: sum of w x over its rows (when with_sums), sum of w,
+ * count, and the last column: the filter's inertia estimate (iteration) or
+ * sum w * exact cost (final pass).  Rows are taken in sorted (row) order;
+ * G groups of threads take every G-th row, four rows' loads in flight at a
+ * time, and the groups are added in order.
+ */
+__global__ void __launch_bounds__(KMG_SEG_NT)
+kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
+{
+	__shared__ double sacc[KMG_SEG_NT * 4];
+	__shared__ double sext[KMG_SEG_NT][3];
+	const int	tid = threadIdx.x;
+	const int	dp = a.dp;
+	const int	q4 = dp / 4;
+	const int	cw = KMG_CW(dp);
+	const int	tpg = q4 < KMG_SEG_NT ? q4 : KMG_SEG_NT;
+	const int	G = KMG_SEG_NT / tpg;
+	const int	gi = tid / tpg;
+	const int	ti = tid - gi * tpg;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	if ((int) blockIdx.x >= *(volatile int *) a.npieces)
+		return;
+
+	const int4	t = a.ptab[blockIdx.x];
+	const int	lo = t.y,
+				hi = t.z;
+	double	   *out = a.ppart + (size_t) blockIdx.x * cw;
+	double		ew = 0.0,
+				en = 0.0,
+				ee = 0.0;
+
+	if (gi < G)
+	{
+		if (ti == 0)
+			for (int p = lo + gi; p < hi; p += G)
+			{
+				const int	r = a.svals[p];
+				const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+
+				ew += w;
+				en += 1.0;
+				if (mode == KMG_MODE_ITER)
+				{
+					const float xn = a.xnorm[r];
+					double		e = (double) a.fbest[r] + (double) (xn * xn);
+
+					ee += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
+				}
+				else
+					ee += w * a.cost[r];
+			}
+		if (with_sums)
+			for (int q = ti; q < q4; q += tpg)
+			{
+				double		s0 = 0.0,
+							s1 = 0.0,
+							s2 = 0.0,
+							s3 = 0.0;
+				int			p = lo + gi;
+
+				/* four rows at a time: their loads overlap, the adds keep row order */
+				for (; p + 3 * G < hi; p += 4 * G)
+				{
+					int			r[4];
+					float4		x[4];
+					double		w[4];
+
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+						r[u] = a.svals[p + u * G];
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+					{
+						x[u] = reinterpret_cast<const float4 *>(a.X + (size_t) r[u] * dp)[q];
+						w[u] = a.W != NULL ? (double) a.W[r[u]] : 1.0;
+					}
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+					{
+						s0 += w[u] * (double) x[u].x;
+						s1 += w[u] * (double) x[u].y;
+						s2 += w[u] * (double) x[u].z;
+						s3 += w[u] * (double) x[u].w;
+					}
+				}
+				for (; p < hi; p += G)
+				{
+					const int	r = a.svals[p];
+					const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+					const float4 x = reinterpret_cast<const float4 *>(a.X + (size_t) r * dp)[q];
+
+					s0 += w * (double) x.x;
+					s1 += w * (double) x.y;
+					s2 += w * (double) x.z;
+					s3 += w * (double) x.w;
+				}
+				if (G == 1)
+				{
+					out[4 * q] = s0;
+					out[4 * q + 1] = s1;
+					out[4 * q + 2] = s2;
+					out[4 * q + 3] = s3;
+				}
+				else
+				{
+					sacc[(gi * tpg + ti) * 4] = s0;
+					sacc[(gi * tpg + ti) * 4 + 1] = s1;
+					sacc[(gi * tpg + ti) * 4 + 2] = s2;
+					sacc[(gi * tpg + ti) * 4 + 3] = s3;
+				}
+			}
+	}
+	if (ti == 0 && gi < G)
+	{
+		sext[gi][0] = ew;
+		sext[gi][1] = en;
+		sext[gi][2] = ee;
+	}
+	__syncthreads();
+
+	/* groups added in order */
+	if (with_sums && G > 1)
+		for (int c = tid; c < dp; c += KMG_SEG_NT)
+		{
+			const int	q = c >> 2,
+						l = c & 3;
+			double		s = sacc[q * 4 + l];
+
+			for (int g = 1; g < G; g++)
+				s += sacc[(g * tpg + q) * 4 + l];
+			out[c] = s;
+		}
+	if (!with_sums)
+		for (int c = tid; c < dp; c += KMG_SEG_NT)
+			out[c] = 0.0;
+	if (tid == 0)
+	{
+		double		w = sext[0][0],
+					cnt = sext[0][1],
+					e = sext[0][2];
+
+		for (int g = 1; g < G; g++)
+		{
+			w += sext[g][0];
+			cnt += sext[g][1];
+			e += sext[g][2];
+		}
+		out[dp] = w;
+		out[dp + 1] = cnt;
+		out[dp + 2] = e;
+	}
+}
+
+/* Each cluster's pieces added in order into clus; clusters without weight counted. */
+__global__ void __launch_bounds__(KMG_SEG_NT)
+kmg_combine_kernel(kmg_args a, int mode)
+{
+	const int	j = blockIdx.x;
+	const int	cw = KMG_CW(a.dp);
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int2	pc = a.pclus[j];
+
+	for (int c = threadIdx.x; c < cw; c += KMG_SEG_NT)
+	{
+		const double *p = a.ppart + (size_t) pc.x * cw + c;
+		double		s = p[0];
+
+		for (int i = 1; i < pc.y; i++)
+			s += p[(size_t) i * cw];
+		a.clus[(size_t) j * cw + c] = s;
+		if (mode == KMG_MODE_ITER && c == a.dp && !(s > 0.0))
+			atomicAdd(&a.ctl->nempty, 1);
+	}
+}
+
+/*
+ * Per-cluster sums of the labelled rows (sorted by kmg_sort_labels) into
+ * clus: bounds of each label, pieces, sums per piece, pieces added in order.
+ */
+cudaError_t
+kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t stream)
+{
+	cudaError_t e;
+	int64_t		blocks = (a->n + 255) / 256;
+
+	if (blocks > 132 * 16)
+		blocks = 132 * 16;
+	if ((e = cudaMemsetAsync(a->bounds, 0, sizeof(int2) * a->k, stream)) != cudaSuccess)
+		return e;
+	kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);
+	kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a);
+	kmg_piece_sums_kernel<<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums);
+	kmg_combine_kernel<<<a->k, KMG_SEG_NT, 0, stream>>>(*a, mode);
+	return cudaGetLastError();
+}
+
+/* Upper bound of the pieces of n rows in k clusters. */
+int
+kmg_max_pieces(int64_t n, int k)
+{
+	return (int) (n / KMG_PIECE + k + 1);
+}
+
+#define KMG_FIN_NT 128
+
+/* Sum of a double over the block, in a fixed tree order (all threads get it). */
+__device__ double
+kmg_block_sum(double v, double *red)
+{
+	const int	tid = threadIdx.x;
+
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if ((tid & 31) == 0)
+		red[tid >> 5] = v;
+	__syncthreads();
+	v = red[0];
+	for (int wv = 1; wv < (int) (blockDim.x >> 5); wv++)
+		v += red[wv];
+	return v;
+}
+
+/*
+ * The end of an iteration (mode KMG_FIN_ITER or KMG_FIN_RESEED) or the
+ * set-up of new centroids (KMG_FIN_SETUP).  Block j moves centroid j to its
+ * mean, as src/engine/cpu_lloyd.c does (cosine: normalised in double; no
+ * weight, a re-seeded cluster, or a mean that is not finite: it stays), then
+ * refreshes its filter copy and norms.  The last block to finish records the
+ * iteration and decides what the queued iterations do next.
+ */
+__global__ void __launch_bounds__(KMG_FIN_NT)
+kmg_finalize_kernel(kmg_args a, int mode)
+{
+	__shared__ double red[KMG_FIN_NT / 32];
+	__shared__ int s_ok,
+				s_last;
+	__shared__ double s_scale;
+	kmg_ctl    *ctl = a.ctl;
+	const int	j = blockIdx.x;
+	const int	tid = threadIdx.x;
+	const int	d = a.d,
+				dp = a.dp;
+	const int	cw = KMG_CW(dp);
+	int			moved = 0,
+				nempty = 0,
+				change;
+
+	if (mode == KMG_FIN_ITER && *(volatile int *) &ctl->stop != KMG_RUN)
+		return;
+	if (mode != KMG_FIN_SETUP)
+	{
+		moved = *(volatile int *) &ctl->moved;
+		nempty = mode == KMG_FIN_ITER ? *(volatile int *) &ctl->nempty : 0;
+	}
+	/* whether centroids move this time */
+	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
+
+	if (change && mode != KMG_FIN_SETUP)
+	{
+		const double *cl = a.clus + (size_t) j * cw;
+		const double w = cl[dp];
+		float	   *c = a.C + (size_t) j * dp;
+
+		if (!(a.reloc != NULL && a.reloc[j]) && w > 0.0)
+		{
+			if (tid == 0)
+			{
+				double		scale = 1.0;
+				int			ok = 1;
+
+				if (a.cosine)
+				{
+					double		nrm = 0.0;
+
+					for (int i = 0; i < d; i++)
+					{
+						double		m = km_ddiv(cl[i], w);
+
+						nrm = km_dadd(nrm, km_dmul(m, m));
+					}
+					scale = km_dsqrt(nrm);
+					ok = scale > 0.0 && isfinite(scale);
+				}
+				s_scale = scale;
+				s_ok = ok;
+			}
+			__syncthreads();
+			if (s_ok)
+			{
+				int			bad = 0;
+
+				for (int i = tid; i < d; i += KMG_FIN_NT)
+					if (!isfinite((float) km_ddiv(km_ddiv(cl[i], w), s_scale)))
+						bad = 1;
+				bad = __syncthreads_or(bad);
+				if (!bad)
+					for (int i = tid; i < d; i += KMG_FIN_NT)
+						c[i] = (float) km_ddiv(km_ddiv(cl[i], w), s_scale);
+			}
+		}
+	}
+	if (change)
+	{
+		/* filter copy, |c'|^2, |c'|, and the exact norm for cosine */
+		const float *c = a.C + (size_t) j * dp;
+		float	   *cf = a.Cf + (size_t) j * dp;
+		double		s;
+
+		__syncthreads();
+		if (a.cosine)
+		{
+			if (tid == 0)
+			{
+				double		nrm = km_normalize_row(c, cf, d);
+
+				if (nrm == 0.0)
+					for (int i = 0; i < d; i++)
+						cf[i] = 0.0f;
+				a.cnorm[j] = km_exact_norm(c, d);
+			}
+			__syncthreads();
+		}
+		s = 0.0;
+		for (int i = tid; i < d; i += KMG_FIN_NT)
+			s += (double) cf[i] * (double) cf[i];
+		s = kmg_block_sum(s, red);
+		if (tid == 0)
+		{
+			a.cn[j] = (float) s;
+			a.cnf[j] = (float) sqrt(s);
+		}
+	}
+
+	/* the last block decides */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&ctl->ticket, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+
+	{
+		float		cmax = 0.0f;
+		int			allx = 0;
+		double		est = 0.0;
+
+		for (int jj = tid; jj < a.k; jj += KMG_FIN_NT)
+		{
+			const float v = *(volatile float *) &a.cnf[jj];
+
+			cmax = fmaxf(cmax, v);
+			if (a.cosine)
+			{
+				const double cn = *(volatile double *) &a.cnorm[jj];
+
+				allx |= !(cn > 0.0 && isfinite(cn));
+			}
+			if (mode != KMG_FIN_SETUP)
+				est += a.clus[(size_t) jj * cw + dp + 2];
+			if (a.reloc != NULL)
+				a.reloc[jj] = 0;
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+		allx = __syncthreads_or(allx);
+		est = kmg_block_sum(est, red);
+		__syncthreads();
+		if ((tid & 31) == 0)
+			red[tid >> 5] = (double) cmax;
+		__syncthreads();
+		if (tid != 0)
+			return;
+		for (int wv = 0; wv < KMG_FIN_NT / 32; wv++)
+			cmax = fmaxf(cmax, (float) red[wv]);
+
+		ctl->ticket = 0;
+		if (change)
+		{
+			ctl->cmax = cmax;
+			ctl->all_exact = allx;
+		}
+		if (mode == KMG_FIN_SETUP)
+			return;
+		if (mode == KMG_FIN_ITER && moved > 0 && nempty > 0)
+		{
+			ctl->stop = KMG_PAUSE_EMPTY;	/* the host re-seeds, then RESEED */
+			return;
+		}
+
+		{
+			const int	t = ctl->iter + 1;
+			const double frac = (double) moved / (double) a.n;
+			kmg_stat   *st = &a.stats[t - 1];
+			int			stop = KMG_RUN;
+
+			if (moved == 0)
+				stop = KMG_STOP_SETTLED;
+			else if (frac <= ctl->tol)
+				stop = KMG_STOP_TOL;
+			else if (t >= ctl->max_iter)
+				stop = KMG_STOP_MAXITER;
+			st->moved_frac = frac;
+			st->inertia = est;
+			st->moved = moved;
+			st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
+			st->ambiguous = ctl->namb;
+			st->stop = stop;
+			ctl->iter = t;
+			ctl->moved = 0;
+			ctl->nempty = 0;
+			ctl->namb = 0;
+			ctl->relocated = 0;
+			ctl->stop = stop;
+		}
+	}
+}
+
+cudaError_t
+kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream)
+{
+	kmg_finalize_kernel<<<a->k, KMG_FIN_NT, 0, stream>>>(*a, mode);
+	return cudaGetLastError();
+}
+
+/*
+ * Re-seed the clusters without weight, as src/engine/cpu_lloyd.c does: the
+ * e-th empty cluster (by id) takes far_rows[e] (rows by decreasing exact
+ * cost); the row's w x, w and count move from its old cluster, which is
+ * cleared when its count drops to zero; the centroid is the row itself.
+ * One block; the empties are listed in order with a block scan.
+ */
+__global__ void __launch_bounds__(256)
+kmg_reseed_kernel(kmg_args a, const int32_t *far_rows)
+{
+	__shared__ int s_base;
+	__shared__ int s_clear;
+	const int	tid = threadIdx.x;
+	const int	dp = a.dp;
+	const int	cw = KMG_CW(dp);
+	int			nempty;
+
+	if (tid == 0)
+		s_base = 0;
+	__syncthreads();
+	for (int j0 = 0; j0 < a.k; j0 += 256)
+	{
+		const int	j = j0 + tid;
+		const int	e = j < a.k && !(a.clus[(size_t) j * cw + dp] > 0.0);
+		typedef cub::BlockScan<int, 256> Scan;
+		__shared__ typename Scan::TempStorage tmp;
+		int			pos,
+					tot;
+
+		Scan(tmp).ExclusiveSum(e, pos, tot);
+		if (e)
+			a.empties[s_base + pos] = j;
+		__syncthreads();
+		if (tid == 0)
+			s_base += tot;
+		__syncthreads();
+	}
+	nempty = s_base;
+	if (nempty > a.n)
+		nempty = (int) a.n;
+
+	for (int e = 0; e < nempty; e++)
+	{
+		const int	j = a.empties[e];
+		const int	r = far_rows[e];
+		const int	old = a.labels[r];
+		const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+		const float *x = a.X + (size_t) r * dp;
+		float	   *c = a.C + (size_t) j * dp;
+		double	   *sold = a.clus + (size_t) old * cw;
+		double	   *sj = a.clus + (size_t) j * cw;
+
+		for (int i = tid; i < a.d; i += 256)
+		{
+			const double v = w * (double) x[i];
+
+			c[i] = x[i];
+			sold[i] -= v;
+			sj[i] = v;
+		}
+		__syncthreads();
+		if (tid == 0)
+		{
+			sold[dp] -= w;
+			sj[dp] = w;
+			sj[dp + 1] = 1.0;
+			sold[dp + 1] -= 1.0;
+			s_clear = sold[dp + 1] == 0.0;
+			if (s_clear)
+				sold[dp] = 0.0;
+			a.reloc[j] = 1;
+		}
+		__syncthreads();
+		if (s_clear)
+			for (int i = tid; i < a.d; i += 256)
+				sold[i] = 0.0;
+		__syncthreads();
+	}
+	if (tid == 0)
+		a.ctl->relocated = nempty;
+}
+
+cudaError_t
+kmg_reseed(const kmg_args *a, const int32_t *far_rows, cudaStream_t stream)
+{
+	kmg_reseed_kernel<<<1, 256, 0, stream>>>(*a, far_rows);
+	return cudaGetLastError();
+}
