@@ -21,7 +21,7 @@ REGRESS_OPTS = --load-extension=$(EXTENSION)
 # -ffp-contract=off: km_exact.h must round every step the way the GPU does.
 # The CPU engine has its own fused distance kernel (src/engine/cpu_filter.c)
 # and needs no BLAS.
-PG_CPPFLAGS = -Isrc/engine
+PG_CPPFLAGS = -Isrc/engine -Ikernels
 PG_CFLAGS = -ffp-contract=off -pthread
 SHLIB_LINK = -lpthread -lm
 
@@ -63,7 +63,7 @@ endif
 endif
 
 # Every object depends on every header (PGXS tracks no header dependencies).
-$(OBJS): $(wildcard src/*.h src/engine/*.h)
+$(OBJS): $(wildcard src/*.h src/engine/*.h kernels/kmeans_gpu_cuda.h)
 
 # Standalone programs on the engine alone (no PostgreSQL).
 STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/engine

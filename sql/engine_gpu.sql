@@ -1,10 +1,25 @@
 -- kmeans_gpu.engine = gpu: on a machine without a usable GPU, a clear error;
 -- on a GPU machine the GPU runs (expected/engine_gpu_1.out).
 CREATE TABLE eg_pts AS
-SELECT ARRAY[i % 7, i % 11]::real[] AS v FROM generate_series(1, 500) i;
+SELECT i AS id, ARRAY[i % 7, i % 11]::real[] AS v FROM generate_series(1, 500) i;
+-- devices this backend sees
+SELECT count(*) >= 0 AS listed FROM kmeans_gpu_devices();
+-- (the reason, in the error's DETAIL, depends on the machine: hidden here)
+\set VERBOSITY terse
 SET kmeans_gpu.engine = gpu;
 SELECT (m).engine, (m).k FROM (SELECT kmeans(v, 3, '{"seed": 2}') AS m FROM eg_pts) q;
 SELECT (m).engine, (m).k FROM (SELECT kmeans_fit('eg_pts', 'v', 3, seed => 2) AS m) q;
+SELECT * FROM kmeans_labels((SELECT kmeans(v, 3, '{"seed": 2, "engine": "cpu"}') FROM eg_pts),
+                            'eg_pts', 'v', 'id') LIMIT 1;
+RESET kmeans_gpu.engine;
+-- the option overrides the setting
+SELECT (m).engine FROM (SELECT kmeans(v, 3, '{"seed": 2, "engine": "gpu"}') AS m FROM eg_pts) q;
+SELECT (m).engine FROM (SELECT kmeans_fit('eg_pts', 'v', 3, seed => 2, engine => 'gpu') AS m) q;
+SELECT kmeans_cluster(v, 3, '{"engine": "gpu"}') OVER () FROM eg_pts LIMIT 1;
+SET kmeans_gpu.engine = gpu;
+SELECT (m).engine FROM (SELECT kmeans(v, 3, '{"seed": 2, "engine": "cpu"}') AS m FROM eg_pts) q;
+\set VERBOSITY default
+SELECT kmeans(v, 3, '{"engine": "tpu"}') FROM eg_pts;
 -- auto never fails for want of a GPU
 SET kmeans_gpu.engine = auto;
 SELECT (m).k, (m).engine IN ('cpu', 'gpu') AS ran

@@ -5,12 +5,11 @@ LOAD 'kmeans_gpu';
 -- memory figures below depend on the thread count
 SET kmeans_gpu.cpu_threads = 2;
 
-SHOW kmeans_gpu.engine;
+-- built-in defaults (boot_val: whatever this session was started with)
+SELECT name, boot_val, unit, context FROM pg_settings WHERE name LIKE 'kmeans_gpu.%' ORDER BY name;
 SHOW kmeans_gpu.max_memory;
 -- VERBOSE is an SQL keyword: quote it in SET and SHOW
 SHOW kmeans_gpu."verbose";
-SHOW kmeans_gpu.cpu_threads;
-SHOW kmeans_gpu.spill_threshold;
 
 CREATE TABLE guc_pts AS
 SELECT ARRAY[i % 7, i % 11]::real[] AS v FROM generate_series(1, 500) i;

@@ -93,7 +93,8 @@ CREATE FUNCTION kmeans_fit(
 	metric text DEFAULT 'l2',
 	seed bigint DEFAULT NULL,
 	n_init integer DEFAULT 1,
-	weight_column text DEFAULT NULL)
+	weight_column text DEFAULT NULL,
+	engine text DEFAULT NULL)
 	RETURNS kmeans_model AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
 
@@ -115,6 +116,13 @@ CREATE FUNCTION kmeans_labels(model kmeans_model, source regclass,
 	OUT id bigint, OUT cluster_id integer, OUT distance double precision)
 	RETURNS SETOF record AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT STABLE PARALLEL RESTRICTED;
+
+-- The GPUs this backend can use (none: no rows).
+CREATE FUNCTION kmeans_gpu_devices(
+	OUT device integer, OUT name text, OUT total_memory bigint, OUT free_memory bigint,
+	OUT compute_capability text, OUT multiprocessors integer)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 -- The window function: each row's cluster within its partition.
 CREATE FUNCTION kmeans_cluster(vec real[], k integer)

@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "nodes/primnodes.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -30,7 +31,15 @@ typedef struct KmAggState
 	KmOptions	opts;			/* from the first row */
 	Jsonb	   *options;		/* as given, to compare later rows against */
 	int64		n_null;			/* rows skipped: NULL vector */
+	bool		gpu_considered; /* streaming to the GPU was decided */
 } KmAggState;
+
+/*
+ * A group whose rows pass this size starts streaming them to the GPU (when
+ * the GPU is to run its fit), so that the upload overlaps the rest of the
+ * scan; smaller groups are uploaded when their fit starts.
+ */
+#define KM_GPU_STREAM_BYTES ((Size) 64 * 1024 * 1024)
 
 /* Serialised partial state: this header, the options, then rows or a path. */
 typedef struct KmSerialHeader
@@ -106,6 +115,25 @@ CheckSameCall(const KmAggState *state, int k, Jsonb *options)
 				 errmsg("options must be the same for every row of a kmeans group")));
 }
 
+/*
+ * Stream the group's rows to the GPU from now on, unless this is a partial
+ * aggregate (its rows go to the leader as a serialised state) or the CPU is
+ * to run the fit.
+ */
+static void
+ConsiderGpu(FunctionCallInfo fcinfo, KmAggState *state)
+{
+	Aggref	   *aggref = AggGetAggref(fcinfo);
+	KmEngineChoice choice = KmOptionsEngine(&state->opts);
+
+	state->gpu_considered = true;
+	if (aggref == NULL || DO_AGGSPLIT_SKIPFINAL(aggref->aggsplit) || choice == KM_ENGINE_CPU)
+		return;
+	/* the whole group is unknown yet: expect it to double */
+	KmMatrixStartGpu(&state->matrix, choice, state->opts.k, state->opts.metric,
+					 state->matrix.n * 2);
+}
+
 PG_FUNCTION_INFO_V1(kmeans_accum);
 
 /*
@@ -135,7 +163,11 @@ kmeans_accum(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(1))
 		state->n_null++;
 	else
-		KmMatrixAppendVector(&state->matrix, PG_GETARG_ARRAYTYPE_P(1));
+	{
+		KmMatrixAppendVector(&state->matrix, PG_GETARG_ARRAYTYPE_P(1), 1.0f);
+		if (!state->gpu_considered && state->matrix.bytes >= KM_GPU_STREAM_BYTES)
+			ConsiderGpu(fcinfo, state);
+	}
 
 	PG_RETURN_POINTER(state);
 }

@@ -17,6 +17,7 @@
 #include "utils/memutils.h"
 
 #include "kmeans_gpu.h"
+#include "kmeans_gpu_cuda.h"
 
 typedef struct KmCall
 {
@@ -116,19 +117,12 @@ KmHookReport(void *ctx, const km_progress *progress)
 	return stop;
 }
 
-/*
- * The engine for this call.  Only the CPU engine exists in this build.
- */
-static const km_engine *
-KmChooseEngine(void)
+/* Failures that the CPU engine can recover from under 'auto'. */
+static bool
+IsDeviceFailure(km_status status)
 {
-	if (kmeans_engine_choice == KM_ENGINE_GPU)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the GPU engine is not available"),
-				 errdetail("This build of kmeans_gpu has no GPU engine."),
-				 errhint("Set kmeans_gpu.engine to 'auto' or 'cpu'.")));
-	return &km_cpu_engine;
+	return status == KM_ERR_DEVICE || status == KM_ERR_DEVICE_FATAL ||
+		status == KM_ERR_DEVICE_NOMEM || status == KM_ERR_UNAVAILABLE;
 }
 
 static void
@@ -152,19 +146,26 @@ KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
 /*
  * After the engine returned: free its memory, then raise whatever went
  * wrong, first an error caught in a callback, then the engine's own.
+ * recoverable: a device failure is not raised but returned (true), so that
+ * the caller can run the CPU engine instead.
  */
-static void
-KmCallEnd(KmCall *call, km_status status, const km_error *err)
+static bool
+KmCallEnd(KmCall *call, km_status status, const km_error *err, bool recoverable)
 {
 	MemoryContextDelete(call->context);
 
 	if (call->error != NULL)
 		ReThrowError(call->error);
+	if (recoverable && IsDeviceFailure(status))
+	{
+		KmGpuFailed(status, err->message, false);
+		return true;
+	}
 
 	switch (status)
 	{
 		case KM_OK:
-			return;
+			return false;
 		case KM_ERR_CANCELLED:
 			CHECK_FOR_INTERRUPTS();
 			/* the flag was cleared under us; still, the work did not finish */
@@ -183,11 +184,18 @@ KmCallEnd(KmCall *call, km_status status, const km_error *err)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("k-means engine rejected the input: %s", err->message)));
 			break;
+		case KM_ERR_DEVICE:
+		case KM_ERR_DEVICE_FATAL:
+		case KM_ERR_DEVICE_NOMEM:
+		case KM_ERR_UNAVAILABLE:
+			KmGpuFailed(status, err->message, true);
+			break;
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("k-means engine failed: %s", err->message)));
 	}
+	return false;
 }
 
 /*
@@ -210,12 +218,15 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 
 /*
  * Fit the rows of m as opts says; the arrays of out are allocated in the
- * current memory context.
+ * current memory context.  The GPU runs the fit when the rows were streamed
+ * to it, or when kmeans_gpu.engine (or the engine option) and the free GPU
+ * memory say so; under 'auto' the CPU takes over whenever the GPU cannot.
  */
 void
 KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput *out)
 {
 	km_data		data = KmMatrixData(m);
+	KmEngineChoice choice = KmOptionsEngine(opts);
 	const km_engine *engine;
 	km_params	params;
 	km_result	result;
@@ -224,25 +235,26 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	KmCall		call;
 	km_status	status;
 	Size		kd;
+	bool		done = false;
+	bool		try_gpu = true;
 
 	Assert(opts->seed_given);
-	KmOptionsCheckData(opts, data.n, data.d);
-	engine = KmChooseEngine();
+	KmOptionsCheckData(opts, m->n, m->dim);
 
-	kd = mul_size((Size) opts->k, (Size) data.d);
+	kd = mul_size((Size) opts->k, (Size) m->dim);
 	if (mul_size(kd, sizeof(float)) > MaxAllocSize - 1024)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
-						opts->k, data.d)));
-	KmCheckMemory(KmFitMemory(data.n, data.d, opts->k, m->bytes, want_labels), "kmeans");
+						opts->k, m->dim)));
+	KmCheckMemory(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels), "kmeans");
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
 	out->sizes = palloc(sizeof(int64) * opts->k);
 	out->cluster_inertia = palloc(sizeof(double) * opts->k);
 	if (want_labels)
-		out->labels = palloc_extended(sizeof(int32) * (Size) data.n, MCXT_ALLOC_HUGE);
+		out->labels = palloc_extended(sizeof(int32) * (Size) m->n, MCXT_ALLOC_HUGE);
 
 	memset(&params, 0, sizeof(params));
 	params.k = opts->k;
@@ -260,41 +272,80 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	result.cluster_inertia = out->cluster_inertia;
 	result.labels = out->labels;
 
-	if (kmeans_verbose)
-		ereport(INFO,
-				(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s (%d threads)",
-						data.n, data.d, opts->k, KmMetricName(opts->metric),
-						KmInitName(opts->init), engine->name, KmCpuThreads())));
+	/* rows already on the GPU */
+	if (KmGpuSinkAlive(m->gpu) && KmGpuSinkFinish(m->gpu, !m->host_rows))
+	{
+		if (kmeans_verbose)
+			ereport(INFO,
+					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine gpu (rows streamed during the scan)",
+							m->n, m->dim, opts->k, KmMetricName(opts->metric),
+							KmInitName(opts->init))));
+		KmCallBegin(&call, &hooks, opts->n_init);
+		memset(&err, 0, sizeof(err));
+		status = KmGpuSinkFit(m->gpu, &params, &hooks, &result, &err);
+		done = !KmCallEnd(&call, status, &err, m->host_rows && choice != KM_ENGINE_GPU);
+		if (done)
+			out->engine = "gpu";
+		try_gpu = false;
+	}
 
-	KmCallBegin(&call, &hooks, opts->n_init);
-	memset(&err, 0, sizeof(err));
-	status = engine->fit(&data, &params, &hooks, &result, &err);
-	KmCallEnd(&call, status, &err);
+	/* rows in host memory: the GPU if it should and can, else the CPU */
+	while (!done)
+	{
+		const struct km_gpu_api *api;
+
+		Assert(m->host_rows);
+		api = try_gpu ? KmGpuForFit(choice, m->n, m->dim, opts->k, opts->metric) : NULL;
+		engine = api != NULL ? ((const km_gpu_api *) api)->engine : &km_cpu_engine;
+		try_gpu = false;		/* if the GPU fails, the CPU runs next */
+
+		if (kmeans_verbose)
+			ereport(INFO,
+					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s (%d threads)",
+							data.n, data.d, opts->k, KmMetricName(opts->metric),
+							KmInitName(opts->init), engine->name, KmCpuThreads())));
+
+		KmCallBegin(&call, &hooks, opts->n_init);
+		memset(&err, 0, sizeof(err));
+		status = engine->fit(&data, &params, &hooks, &result, &err);
+		done = !KmCallEnd(&call, status, &err,
+						  engine != &km_cpu_engine && choice != KM_ENGINE_GPU);
+		out->engine = engine->name;
+	}
 
 	out->inertia = result.inertia;
 	out->iterations = result.iterations;
 	out->converged = result.converged != 0;
 	out->relocated = result.relocated;
 	out->seed = opts->seed;
-	out->engine = engine->name;
 }
 
 /*
- * Nearest centroid and distance for every row of data (kmeans_labels).
+ * Nearest centroid and distance for every row of data (kmeans_labels), on
+ * the GPU when kmeans_gpu.engine and the free GPU memory say so.
  */
 void
 KmRunAssign(const km_data *data, const float *centroids, int k, km_metric metric,
 			int32 *labels, double *distances)
 {
-	const km_engine *engine = KmChooseEngine();
+	KmEngineChoice choice = KmEngineSetting();
+	const km_engine *engine = KmGpuForAssign(choice, data->n, data->d, k);
 	km_hooks	hooks;
 	km_error	err;
 	KmCall		call;
 	km_status	status;
 
-	KmCallBegin(&call, &hooks, 1);
-	hooks.report = NULL;		/* batches are short; the caller checks interrupts */
-	memset(&err, 0, sizeof(err));
-	status = engine->assign(data, centroids, k, metric, labels, distances, &hooks, &err);
-	KmCallEnd(&call, status, &err);
+	if (engine == NULL)
+		engine = &km_cpu_engine;
+	for (;;)
+	{
+		KmCallBegin(&call, &hooks, 1);
+		hooks.report = NULL;	/* batches are short; the caller checks interrupts */
+		memset(&err, 0, sizeof(err));
+		status = engine->assign(data, centroids, k, metric, labels, distances, &hooks, &err);
+		if (!KmCallEnd(&call, status, &err,
+					   engine != &km_cpu_engine && choice != KM_ENGINE_GPU))
+			break;
+		engine = &km_cpu_engine;
+	}
 }

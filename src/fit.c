@@ -19,19 +19,42 @@ typedef struct KmFitScan
 	bool		weighted;
 	double		weight_sum;
 	double		estimated_rows; /* from statistics, for the early memory check */
-	int			k;
-	bool		estimate_checked;
+	const KmOptions *opts;
+	bool		first_row_seen;
 } KmFitScan;
 
 /*
- * One row of the scan: skip it when its vector or weight is NULL, check the
- * memory the whole table will need when the first vector tells its length.
+ * When the first vector tells the length: check the memory the whole table
+ * will need, and start streaming the rows to the GPU if it is to run the
+ * fit, so that the upload overlaps the scan.
+ */
+static void
+FirstRow(KmFitScan *scan, int dim)
+{
+	int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
+	KmEngineChoice choice = KmOptionsEngine(scan->opts);
+
+	scan->first_row_seen = true;
+	if (rows > 0)
+		KmCheckMemory(KmFitMemory(rows, dim, Min(scan->opts->k, rows),
+								  mul_size((Size) rows, sizeof(float) * (Size) (dim + scan->weighted)),
+								  false),
+					  "kmeans_fit (estimated from the table's statistics)");
+	scan->matrix.dim = dim;
+	if (choice != KM_ENGINE_CPU)
+		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows);
+}
+
+/*
+ * One row of the scan: skipped (and counted) when its vector or weight is
+ * NULL.
  */
 static void
 FitRow(void *arg, Datum *values, bool *nulls)
 {
 	KmFitScan  *scan = (KmFitScan *) arg;
 	ArrayType  *vec;
+	double		w = 1.0;
 
 	if (nulls[0] || (scan->weighted && nulls[1]))
 	{
@@ -39,33 +62,19 @@ FitRow(void *arg, Datum *values, bool *nulls)
 		return;
 	}
 	vec = DatumGetArrayTypeP(values[0]);
-
-	if (!scan->estimate_checked)
-	{
-		int			dim = KmVectorDim(vec);
-		int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
-
-		scan->estimate_checked = true;
-		if (rows > 0)
-			KmCheckMemory(KmFitMemory(rows, dim, Min(scan->k, rows),
-									  mul_size((Size) rows, sizeof(float) * (Size) (dim + scan->weighted)),
-									  false),
-						  "kmeans_fit (estimated from the table's statistics)");
-	}
-
-	KmMatrixAppendVector(&scan->matrix, vec);
 	if (scan->weighted)
 	{
-		double		w = DatumGetFloat8(values[1]);
-
+		w = DatumGetFloat8(values[1]);
 		if (!(w >= 0) || !isfinite((float) w))
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_EXCEPTION),
 					 errmsg("weight %g is not allowed", w),
 					 errdetail("Weights must be finite, at most the largest real, and not negative.")));
-		KmMatrixSetLastWeight(&scan->matrix, (float) w);
 		scan->weight_sum += w;
 	}
+	if (!scan->first_row_seen)
+		FirstRow(scan, KmVectorDim(vec));
+	KmMatrixAppendVector(&scan->matrix, vec, (float) w);
 }
 
 static void
@@ -82,7 +91,7 @@ PG_FUNCTION_INFO_V1(kmeans_fit);
 /*
  * kmeans_fit(source regclass, column_name text, k int, max_iter int, tol
  * float8, init text, init_centroids real[], metric text, seed bigint, n_init
- * int, weight_column text) -> kmeans_model
+ * int, weight_column text, engine text) -> kmeans_model
  */
 Datum
 kmeans_fit(PG_FUNCTION_ARGS)
@@ -121,6 +130,8 @@ kmeans_fit(PG_FUNCTION_ARGS)
 		opts.seed_given = true;
 	}
 	opts.n_init = PG_GETARG_INT32(9);
+	if (PG_NARGS() > 11 && !PG_ARGISNULL(11))
+		KmOptionsSetEngine(&opts, text_to_cstring(PG_GETARG_TEXT_PP(11)));
 	KmOptionsCheck(&opts);
 	KmOptionsFixSeed(&opts);
 
@@ -134,7 +145,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 										 ALLOCSET_DEFAULT_SIZES);
 	memset(&scan, 0, sizeof(scan));
 	scan.weighted = spec.weight_column != NULL;
-	scan.k = opts.k;
+	scan.opts = &opts;
 	scan.estimated_rows = KmEstimateRows(spec.relid);
 	KmMatrixInit(&scan.matrix, rows_context, scan.weighted,
 				 opts.metric == KM_METRIC_COSINE);

@@ -16,6 +16,7 @@ int			kmeans_max_memory_kb = 8 * 1024 * 1024;	/* 8 GB */
 bool		kmeans_verbose = false;
 int			kmeans_cpu_threads = 0;
 int			kmeans_spill_threshold_kb = 256 * 1024;	/* 256 MB */
+int			kmeans_gpu_device = 0;
 
 static const struct config_enum_entry engine_options[] = {
 	{"auto", KM_ENGINE_AUTO, false},
@@ -61,11 +62,24 @@ KmGucInit(void)
 							&kmeans_spill_threshold_kb, 256 * 1024, 0, 1024 * 1024 - 1024,
 							PGC_USERSET, GUC_UNIT_KB | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 
+	DefineCustomIntVariable("kmeans_gpu.device",
+							"GPU the GPU engine uses, numbered as kmeans_gpu_devices() lists them.",
+							NULL,
+							&kmeans_gpu_device, 0, 0, 255,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("kmeans_gpu");
 #else
 	EmitWarningsOnPlaceholders("kmeans_gpu");
 #endif
+}
+
+/* kmeans_gpu.engine */
+KmEngineChoice
+KmEngineSetting(void)
+{
+	return (KmEngineChoice) kmeans_engine_choice;
 }
 
 /* kmeans_gpu.max_memory in bytes. */

@@ -33,6 +33,7 @@ extern int	kmeans_max_memory_kb;
 extern bool kmeans_verbose;
 extern int	kmeans_cpu_threads;
 extern int	kmeans_spill_threshold_kb;
+extern int	kmeans_gpu_device;
 
 extern void KmGucInit(void);
 extern Size KmMaxMemoryBytes(void);
@@ -53,6 +54,7 @@ typedef struct KmOptions
 	bool		seed_given;
 	int64		seed;
 	int			n_init;
+	int			engine;			/* a KmEngineChoice, or -1: kmeans_gpu.engine */
 } KmOptions;
 
 extern void KmOptionsDefaults(KmOptions *opts);
@@ -63,6 +65,8 @@ extern void KmOptionsSetInitCentroids(KmOptions *opts, ArrayType *centroids);
 extern void KmOptionsFixSeed(KmOptions *opts);
 extern void KmOptionsCheck(const KmOptions *opts);
 extern void KmOptionsCheckData(const KmOptions *opts, int64 n, int dim);
+extern void KmOptionsSetEngine(KmOptions *opts, const char *engine);
+extern KmEngineChoice KmOptionsEngine(const KmOptions *opts);
 extern const char *KmMetricName(km_metric metric);
 extern const char *KmInitName(km_init init);
 
@@ -71,6 +75,13 @@ extern int	KmVectorDim(ArrayType *vec);
 extern void KmVectorRead(ArrayType *vec, int dim, float *out);
 extern void KmCheckDimension(int expected, int got);
 
+typedef struct KmGpuSink KmGpuSink;
+
+/*
+ * Rows being gathered: in chunks of host memory, and/or streamed to the GPU
+ * (gpu.c) while the scan goes on.  host_rows says whether the chunks hold
+ * every row (always, unless the rows go to the GPU only).
+ */
 typedef struct KmMatrix
 {
 	MemoryContext context;		/* where chunks live */
@@ -84,14 +95,17 @@ typedef struct KmMatrix
 	bool		weighted;
 	bool		cosine;			/* reject zero vectors as they arrive */
 	Size		bytes;			/* allocated for rows and weights */
+	bool		host_rows;		/* the chunks hold every row */
+	KmGpuSink  *gpu;			/* rows streamed to the GPU, or NULL */
+	float	   *scratch;		/* one row, when rows go to the GPU only */
 } KmMatrix;
 
 extern void KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine);
 extern float *KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got);
-extern float *KmMatrixAppend(KmMatrix *m, int dim);
 extern void KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n);
-extern void KmMatrixSetLastWeight(KmMatrix *m, float weight);
-extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec);
+extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight);
+extern void KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
+							 int64 expected_rows);
 extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
 extern km_data KmMatrixData(const KmMatrix *m);
 extern void KmCheckMemory(Size needed, const char *what);
@@ -116,6 +130,7 @@ extern void KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
 					 KmFitOutput *out);
 extern void KmRunAssign(const km_data *data, const float *centroids, int k,
 						km_metric metric, int32 *labels, double *distances);
+extern KmEngineChoice KmEngineSetting(void);
 
 /* model.c: the kmeans_model composite */
 typedef struct KmModel
@@ -149,6 +164,21 @@ typedef void (*KmScanRow) (void *arg, Datum *values, bool *nulls);
 
 extern void KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg);
 extern double KmEstimateRows(Oid relid);
+
+/* gpu.c: the CUDA engine, loaded on first use */
+struct km_gpu_api;
+extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k,
+											km_metric metric);
+extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
+extern void KmGpuFailed(km_status status, const char *message, bool raise);
+extern KmGpuSink *KmGpuSinkCreate(const struct km_gpu_api *api, MemoryContext context, int dim,
+								  bool weighted, int64 expected_rows, bool raise);
+extern bool KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise);
+extern bool KmGpuSinkFinish(KmGpuSink *sink, bool raise);
+extern bool KmGpuSinkAlive(const KmGpuSink *sink);
+extern km_status KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
+							  km_result *result, km_error *err);
+extern void KmGpuSinkRelease(KmGpuSink *sink);
 
 /* srf.c */
 struct ReturnSetInfo;

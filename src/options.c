@@ -22,7 +22,7 @@
 
 #include "kmeans_gpu.h"
 
-#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init"
+#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine"
 
 /* Defaults, documented in README and in kmeans_fit's signature. */
 void
@@ -34,6 +34,7 @@ KmOptionsDefaults(KmOptions *opts)
 	opts->init = KM_INIT_KMEANSPP;
 	opts->metric = KM_METRIC_L2;
 	opts->n_init = 1;
+	opts->engine = -1;
 }
 
 const char *
@@ -85,6 +86,29 @@ KmOptionsSetMetric(KmOptions *opts, const char *metric)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown metric \"%s\"", metric),
 				 errhint("Use 'l2' or 'cosine'.")));
+}
+
+void
+KmOptionsSetEngine(KmOptions *opts, const char *engine)
+{
+	if (strcmp(engine, "auto") == 0)
+		opts->engine = KM_ENGINE_AUTO;
+	else if (strcmp(engine, "cpu") == 0)
+		opts->engine = KM_ENGINE_CPU;
+	else if (strcmp(engine, "gpu") == 0)
+		opts->engine = KM_ENGINE_GPU;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown engine \"%s\"", engine),
+				 errhint("Use 'auto', 'cpu' or 'gpu'.")));
+}
+
+/* The engine asked for: the option, else kmeans_gpu.engine. */
+KmEngineChoice
+KmOptionsEngine(const KmOptions *opts)
+{
+	return opts->engine >= 0 ? (KmEngineChoice) opts->engine : KmEngineSetting();
 }
 
 /*
@@ -302,7 +326,7 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		if (strcmp(key, "max_iter") != 0 && strcmp(key, "tol") != 0 &&
 			strcmp(key, "init") != 0 && strcmp(key, "init_centroids") != 0 &&
 			strcmp(key, "metric") != 0 && strcmp(key, "seed") != 0 &&
-			strcmp(key, "n_init") != 0)
+			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0)
 			goto unknown;
 		return;
 	}
@@ -324,6 +348,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 	}
 	else if (strcmp(key, "n_init") == 0)
 		opts->n_init = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
+	else if (strcmp(key, "engine") == 0)
+		KmOptionsSetEngine(opts, JsonString(key, v));
 	else
 		goto unknown;
 	return;

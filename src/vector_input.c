@@ -129,6 +129,7 @@ KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine)
 	m->context = context;
 	m->weighted = weighted;
 	m->cosine = cosine;
+	m->host_rows = true;
 }
 
 /* Make room in m->chunks for one more chunk. */
@@ -193,21 +194,13 @@ KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got)
 	return (float *) last->x + (Size) dim * (last->n - take);
 }
 
-/* Room for one more row. */
-float *
-KmMatrixAppend(KmMatrix *m, int dim)
-{
-	int64		got;
-
-	return KmMatrixReserve(m, dim, 1, &got);
-}
-
 /*
  * Append n rows (and weights, when m is weighted) stored contiguously.
  */
 void
 KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n)
 {
+	Assert(m->gpu == NULL);
 	while (n > 0)
 	{
 		int64		got;
@@ -223,26 +216,31 @@ KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n
 	}
 }
 
-/* Weight of the row just appended. */
-void
-KmMatrixSetLastWeight(KmMatrix *m, float weight)
-{
-	Assert(m->weighted && m->weights_next != NULL);
-	*m->weights_next = weight;
-}
-
 /*
- * Append a vector after checking it.
+ * Append a vector, with its weight when m is weighted, after checking it:
+ * into the host chunks, and to the GPU when rows are streamed there.
  */
 void
-KmMatrixAppendVector(KmMatrix *m, ArrayType *vec)
+KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 {
 	int			dim = KmVectorDim(vec);
 	float	   *row;
 
 	if (m->dim != 0)
 		KmCheckDimension(m->dim, dim);
-	row = KmMatrixAppend(m, dim);
+	if (m->host_rows)
+	{
+		int64		got;
+
+		row = KmMatrixReserve(m, dim, 1, &got);
+		if (m->weighted)
+			*m->weights_next = weight;
+	}
+	else
+	{
+		row = m->scratch;
+		m->n++;
+	}
 	KmVectorRead(vec, dim, row);
 
 	if (m->cosine)
@@ -258,6 +256,55 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec)
 					 errdetail("A vector of zeros has no direction."),
 					 errhint("Filter such rows out, or use metric 'l2'.")));
 	}
+
+	/* with rows kept on the host too, a GPU failure just ends the streaming */
+	if (m->gpu != NULL && !KmGpuSinkPush(m->gpu, row, dim, weight, !m->host_rows))
+		m->gpu = NULL;
+}
+
+/*
+ * From now on, stream the rows to the GPU as well, starting with those
+ * already gathered; under kmeans_gpu.engine 'gpu' the host chunks are freed
+ * and later rows go to the GPU only, under 'auto' they stay so that the CPU
+ * can take over if the GPU cannot finish.  Does nothing when the GPU will
+ * not take the fit (under 'gpu' that is an ERROR).
+ */
+void
+KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
+				 int64 expected_rows)
+{
+	const struct km_gpu_api *api;
+	bool		keep_host = choice != KM_ENGINE_GPU;
+	KmGpuSink  *sink;
+
+	Assert(m->dim > 0 && m->gpu == NULL && m->host_rows);
+	api = KmGpuForFit(choice, Max(expected_rows, m->n), m->dim, Min(k, Max(expected_rows, 1)),
+					  metric);
+	if (api == NULL)
+		return;
+	sink = KmGpuSinkCreate(api, m->context, m->dim, m->weighted,
+						   Max(expected_rows, m->n), !keep_host);
+	if (sink == NULL)
+		return;
+
+	for (int c = 0; c < m->nchunks; c++)
+		for (int64 i = 0; i < m->chunks[c].n; i++)
+			if (!KmGpuSinkPush(sink, m->chunks[c].x + (Size) i * m->dim, m->dim,
+							   m->chunks[c].w != NULL ? m->chunks[c].w[i] : 1.0f,
+							   !keep_host))
+				return;
+	m->gpu = sink;
+
+	if (!keep_host)
+	{
+		for (int c = 0; c < m->nchunks; c++)
+			pfree((void *) m->chunks[c].x);
+		m->nchunks = 0;
+		m->bytes = 0;
+		m->last_capacity = 0;
+		m->host_rows = false;
+		m->scratch = MemoryContextAlloc(m->context, sizeof(float) * m->dim);
+	}
 }
 
 /*
@@ -267,6 +314,7 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec)
 void
 KmMatrixAdopt(KmMatrix *dst, KmMatrix *src)
 {
+	Assert(dst->gpu == NULL && src->gpu == NULL);
 	if (src->n == 0)
 		return;
 	if (dst->dim == 0)
@@ -297,6 +345,6 @@ KmMatrixData(const KmMatrix *m)
 	data.d = m->dim;
 	data.nchunks = m->nchunks;
 	data.chunks = m->chunks;
-	data.n = m->n;
+	data.n = m->host_rows ? m->n : 0;
 	return data;
 }

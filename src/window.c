@@ -112,7 +112,7 @@ FitPartition(WindowObject winobj, int nargs, KmWindowState *ws)
 			ws->labels[pos] = -1;
 		else
 		{
-			KmMatrixAppendVector(&m, DatumGetArrayTypeP(vec));
+			KmMatrixAppendVector(&m, DatumGetArrayTypeP(vec), 1.0f);
 			ws->labels[pos] = 0;
 		}
 		MemoryContextReset(rowcontext);

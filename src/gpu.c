@@ -1,0 +1,454 @@
+/*
+ * gpu.c
+ *	  The GPU engine seen from a backend: loading kmeans_gpu_cuda.so on first
+ *	  use, choosing the device, deciding whether a fit goes to the GPU,
+ *	  streaming rows to it during a scan, kmeans_gpu_devices(), and the
+ *	  session-wide "GPU broken" state after a sticky CUDA error.
+ *
+ * kmeans_gpu.so never links CUDA.  The CUDA object is opened with dlopen()
+ * the first time a backend wants a GPU; opening it initialises nothing, and
+ * CUDA itself starts in the first call of its table, always in a backend
+ * (never the postmaster, which never runs a kmeans function).  Everything
+ * here runs in the backend's one thread; the engine calls back into the SQL
+ * layer only through km_hooks (engine_call.c).
+ *
+ * Device memory is freed by the CUDA engine before each call returns; a
+ * dataset being streamed is owned by a memory context callback, so it is
+ * freed when its context goes away, on success, ERROR or cancel alike.
+ */
+#include "postgres.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include "kmeans_gpu.h"
+#include "kmeans_gpu_cuda.h"
+
+#ifndef DLSUFFIX
+#define DLSUFFIX ".so"
+#endif
+
+/* Rows staged per commit are copied while the scan goes on. */
+struct KmGpuSink
+{
+	const km_gpu_api *api;
+	km_gpu_dataset *ds;
+	float	   *stage;			/* pinned rows being filled */
+	float	   *stage_w;		/* their weights, when weighted */
+	int64		room;
+	int64		used;
+	bool		weighted;
+	MemoryContextCallback cb;	/* frees ds with its memory context */
+};
+
+static bool gpu_loaded = false; /* dlopen tried */
+static const km_gpu_api *gpu_api = NULL;
+static bool gpu_unusable = false;	/* no device, or broken: for the session */
+static char gpu_reason[384] = "";
+static int	gpu_device = -1;	/* device set in the CUDA engine */
+
+/* Process exit: give the device back, whatever state it is in. */
+static void
+GpuAtExit(int code, Datum arg)
+{
+	if (gpu_api != NULL)
+		gpu_api->release_all();
+}
+
+static void
+GpuUnusable(const char *fmt, const char *detail)
+{
+	gpu_unusable = true;
+	snprintf(gpu_reason, sizeof(gpu_reason), fmt, detail);
+}
+
+/*
+ * Open the CUDA object and its table once per process.
+ */
+static void
+GpuLoadLibrary(void)
+{
+	char		path[MAXPGPATH];
+	void	   *handle;
+	const km_gpu_api *(*get) (void);
+	const km_gpu_api *api;
+
+	gpu_loaded = true;
+	snprintf(path, sizeof(path), "%s/kmeans_gpu_cuda" DLSUFFIX, pkglib_path);
+	if (access(path, R_OK) != 0)
+	{
+		GpuUnusable("this installation has no GPU engine (%s was not built)", path);
+		return;
+	}
+	handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (handle == NULL)
+	{
+		GpuUnusable("could not load the GPU engine: %s", dlerror());
+		return;
+	}
+	get = (const km_gpu_api *(*) (void)) dlsym(handle, "km_gpu_get_api");
+	api = get != NULL ? get() : NULL;
+	if (api == NULL || api->abi != KM_GPU_ABI || api->engine->abi != KM_ENGINE_ABI)
+	{
+		GpuUnusable("the GPU engine in %s does not match this version of kmeans_gpu", path);
+		dlclose(handle);
+		return;
+	}
+	gpu_api = api;
+	on_proc_exit(GpuAtExit, (Datum) 0);
+}
+
+/*
+ * The GPU engine with kmeans_gpu.device selected, or NULL (and the reason in
+ * gpu_reason) when this backend cannot use a GPU.
+ */
+static const km_gpu_api *
+GpuGet(void)
+{
+	km_error	err;
+	int			count;
+
+	if (!IsUnderPostmaster)
+	{
+		snprintf(gpu_reason, sizeof(gpu_reason),
+				 "the GPU engine runs only in server backends, not in single-user mode");
+		return NULL;
+	}
+	if (!gpu_loaded)
+		GpuLoadLibrary();
+	if (gpu_api == NULL || gpu_unusable)
+		return NULL;
+
+	memset(&err, 0, sizeof(err));
+	count = gpu_api->device_count(&err);
+	if (count <= 0)
+	{
+		if (err.status == KM_ERR_DEVICE_FATAL)
+			GpuUnusable("%s", err.message);
+		else
+			GpuUnusable("no usable GPU: %s", err.message[0] ? err.message : "no CUDA device");
+		return NULL;
+	}
+	if (kmeans_gpu_device >= count)
+	{
+		snprintf(gpu_reason, sizeof(gpu_reason),
+				 "kmeans_gpu.device is %d, but this backend sees %d GPU%s",
+				 kmeans_gpu_device, count, count == 1 ? "" : "s");
+		return NULL;
+	}
+	if (gpu_device != kmeans_gpu_device)
+	{
+		km_status	st = gpu_api->set_device(kmeans_gpu_device, &err);
+
+		if (st != KM_OK)
+		{
+			if (st == KM_ERR_DEVICE_FATAL)
+				GpuUnusable("%s", err.message);
+			else
+				snprintf(gpu_reason, sizeof(gpu_reason), "%s", err.message);
+			return NULL;
+		}
+		gpu_device = kmeans_gpu_device;
+	}
+	return gpu_api;
+}
+
+/* Fail a gpu-only request with the reason the GPU cannot serve it. */
+static void
+GpuRefuse(const char *reason)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("the GPU engine cannot run this fit"),
+			 errdetail("%s", reason),
+			 errhint("Set kmeans_gpu.engine (or the option engine) to 'auto' or 'cpu'.")));
+}
+
+static const char *
+Pretty(uint64 bytes)
+{
+	return text_to_cstring(DatumGetTextPP(DirectFunctionCall1(pg_size_pretty,
+															  Int64GetDatum((int64) Min(bytes, (uint64) PG_INT64_MAX)))));
+}
+
+/*
+ * The GPU engine for a fit of n rows, or NULL for the CPU: under 'auto' when
+ * no GPU is usable or the fit does not fit in its free memory; under 'gpu'
+ * those are errors.
+ */
+const km_gpu_api *
+KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
+{
+	const km_gpu_api *api;
+	km_gpu_device info;
+	km_error	err;
+	uint64		need;
+
+	if (choice == KM_ENGINE_CPU)
+		return NULL;
+	api = GpuGet();
+	if (api == NULL)
+	{
+		if (choice == KM_ENGINE_GPU)
+			GpuRefuse(gpu_reason);
+		return NULL;
+	}
+
+	memset(&err, 0, sizeof(err));
+	need = api->fit_device_bytes(n, dim, k, metric);
+	if (api->device_info(gpu_device, &info, &err) != KM_OK)
+	{
+		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
+		return NULL;
+	}
+	if (need > info.free_bytes)
+	{
+		char		reason[256];
+
+		snprintf(reason, sizeof(reason),
+				 "The fit needs %s of GPU memory; GPU %d (%s) has %s free.",
+				 Pretty(need), gpu_device, info.name, Pretty(info.free_bytes));
+		if (choice == KM_ENGINE_GPU)
+			GpuRefuse(reason);
+		if (kmeans_verbose)
+			ereport(INFO, (errmsg("kmeans: using the CPU engine: %s", reason)));
+		return NULL;
+	}
+	return api;
+}
+
+/*
+ * A GPU call failed with status: a broken device disables the GPU for the
+ * session.  Raises the error when raise is true (engine 'gpu'), else lets
+ * the caller fall back to the CPU (with a WARNING when the device failed).
+ */
+void
+KmGpuFailed(km_status status, const char *message, bool raise)
+{
+	if (status == KM_ERR_DEVICE_FATAL)
+		GpuUnusable("the GPU engine was disabled for this session after a CUDA error: %s",
+					message);
+	if (raise)
+	{
+		if (status == KM_ERR_DEVICE_NOMEM)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("the fit does not fit in GPU memory"),
+					 errdetail("%s", message),
+					 errhint("Set kmeans_gpu.engine to 'auto' to use the CPU instead.")));
+		ereport(ERROR,
+				(errcode(status == KM_ERR_DEVICE_FATAL ? ERRCODE_SYSTEM_ERROR : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+				 errmsg("the GPU engine failed: %s", message),
+				 status == KM_ERR_DEVICE_FATAL ?
+				 errdetail("The GPU engine is disabled for the rest of this session.") : 0));
+	}
+	if (status != KM_ERR_DEVICE_NOMEM)
+		ereport(WARNING,
+				(errmsg("the GPU engine failed, running on the CPU instead: %s", message)));
+	else if (kmeans_verbose)
+		ereport(INFO, (errmsg("kmeans: the GPU ran out of memory, using the CPU engine: %s", message)));
+}
+
+/* Memory context callback: the dataset goes with the rows' context. */
+static void
+SinkFree(void *arg)
+{
+	KmGpuSink  *sink = (KmGpuSink *) arg;
+
+	if (sink->ds != NULL)
+	{
+		sink->api->dataset_free(sink->ds);
+		sink->ds = NULL;
+	}
+}
+
+/*
+ * Start streaming rows of dim values to the GPU, expecting about
+ * expected_rows.  Returns NULL, having said nothing, when the dataset cannot
+ * be created and raise is false.
+ */
+KmGpuSink *
+KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weighted,
+				int64 expected_rows, bool raise)
+{
+	KmGpuSink  *sink = MemoryContextAllocZero(context, sizeof(KmGpuSink));
+	km_error	err;
+
+	memset(&err, 0, sizeof(err));
+	sink->api = api;
+	sink->weighted = weighted;
+	sink->cb.func = SinkFree;
+	sink->cb.arg = sink;
+	MemoryContextRegisterResetCallback(context, &sink->cb);
+	sink->ds = api->dataset_create(dim, weighted, Max(expected_rows, 1), &err);
+	if (sink->ds == NULL)
+	{
+		KmGpuFailed(err.status, err.message, raise);
+		return NULL;
+	}
+	return sink;
+}
+
+/* Hand the staged rows to the copy stream. */
+static bool
+SinkCommit(KmGpuSink *sink, bool raise)
+{
+	km_error	err;
+	km_status	st;
+
+	if (sink->stage == NULL)
+		return true;
+	memset(&err, 0, sizeof(err));
+	st = sink->api->dataset_commit(sink->ds, sink->used, &err);
+	sink->stage = NULL;
+	sink->used = 0;
+	if (st != KM_OK)
+	{
+		SinkFree(sink);
+		KmGpuFailed(st, err.message, raise);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Copy one row (and its weight) into the staging buffer, committing full
+ * buffers.  Returns false when the GPU gave up (only when raise is false).
+ */
+bool
+KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise)
+{
+	if (sink->ds == NULL)
+		return false;
+	if (sink->stage != NULL && sink->used == sink->room && !SinkCommit(sink, raise))
+		return false;
+	if (sink->stage == NULL)
+	{
+		km_error	err;
+
+		memset(&err, 0, sizeof(err));
+		sink->stage = sink->api->dataset_stage(sink->ds, &sink->room, &sink->stage_w, &err);
+		if (sink->stage == NULL)
+		{
+			SinkFree(sink);
+			KmGpuFailed(err.status, err.message, raise);
+			return false;
+		}
+		sink->used = 0;
+	}
+	memcpy(sink->stage + (Size) sink->used * dim, row, sizeof(float) * dim);
+	if (sink->weighted)
+		sink->stage_w[sink->used] = weight;
+	sink->used++;
+	return true;
+}
+
+/* Commit what is staged; false when the GPU gave up. */
+bool
+KmGpuSinkFinish(KmGpuSink *sink, bool raise)
+{
+	if (sink->ds == NULL)
+		return false;
+	return SinkCommit(sink, raise);
+}
+
+bool
+KmGpuSinkAlive(const KmGpuSink *sink)
+{
+	return sink != NULL && sink->ds != NULL;
+}
+
+/* Run a fit on the streamed rows. */
+km_status
+KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
+			 km_result *result, km_error *err)
+{
+	return sink->api->dataset_fit(sink->ds, params, hooks, result, err);
+}
+
+/* Free the device rows now (the callback then has nothing to do). */
+void
+KmGpuSinkRelease(KmGpuSink *sink)
+{
+	if (sink != NULL)
+		SinkFree(sink);
+}
+
+/*
+ * The GPU for kmeans_labels batches, or NULL for the CPU.
+ */
+const km_engine *
+KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k)
+{
+	const km_gpu_api *api;
+	km_gpu_device info;
+	km_error	err;
+
+	if (choice == KM_ENGINE_CPU)
+		return NULL;
+	api = GpuGet();
+	if (api == NULL)
+	{
+		if (choice == KM_ENGINE_GPU)
+			GpuRefuse(gpu_reason);
+		return NULL;
+	}
+	memset(&err, 0, sizeof(err));
+	if (api->device_info(gpu_device, &info, &err) != KM_OK)
+	{
+		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
+		return NULL;
+	}
+	if (api->assign_device_bytes(batch_rows, dim, k) > info.free_bytes)
+	{
+		if (choice == KM_ENGINE_GPU)
+			GpuRefuse("the model and a batch of rows do not fit in the GPU's free memory");
+		return NULL;
+	}
+	return api->engine;
+}
+
+PG_FUNCTION_INFO_V1(kmeans_gpu_devices);
+
+/*
+ * kmeans_gpu_devices() -> the GPUs this backend sees: (device, name,
+ * total_memory, free_memory, compute_capability, multiprocessors).  No rows
+ * when there is none (the engine setting's error says why).
+ */
+Datum
+kmeans_gpu_devices(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = KmMaterialize(fcinfo);
+	const km_gpu_api *api = GpuGet();
+	km_error	err;
+	int			count;
+
+	if (api == NULL)
+		return (Datum) 0;
+	memset(&err, 0, sizeof(err));
+	count = api->device_count(&err);
+	for (int i = 0; i < count; i++)
+	{
+		km_gpu_device info;
+		Datum		values[6];
+		bool		nulls[6] = {false, false, false, false, false, false};
+
+		if (api->device_info(i, &info, &err) != KM_OK)
+			KmGpuFailed(err.status, err.message, true);
+		values[0] = Int32GetDatum(i);
+		values[1] = CStringGetTextDatum(info.name);
+		values[2] = Int64GetDatum((int64) info.total_bytes);
+		values[3] = Int64GetDatum((int64) info.free_bytes);
+		values[4] = CStringGetTextDatum(psprintf("%d.%d", info.cc_major, info.cc_minor));
+		values[5] = Int32GetDatum(info.multiprocessors);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
