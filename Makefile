@@ -58,7 +58,11 @@ install-cuda: $(CUDA_SO)
 uninstall: uninstall-cuda
 uninstall-cuda:
 	rm -f '$(DESTDIR)$(pkglibdir)/$(CUDA_SO)'
-EXTRA_CLEAN += $(CUDA_SO)
+EXTRA_CLEAN += $(CUDA_SO) test/gpu/sgemm_time
+
+# The database benchmark's reference: a strict-fp32 cuBLAS SGEMM timer.
+test/gpu/sgemm_time: test/gpu/sgemm_time.cu
+	$(NVCC) -O2 -std=c++17 $(CUDA_GENCODE) -o $@ $< -lcublas
 endif
 endif
 
