@@ -15,6 +15,7 @@
 
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "kmeans_gpu.h"
 #include "kmeans_gpu_cuda.h"
@@ -217,6 +218,47 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 }
 
 /*
+ * Drop an engine call that is to be tried again: free its memory, and raise
+ * an error caught in a callback, if any.
+ */
+static void
+KmCallAbandon(KmCall *call)
+{
+	MemoryContextDelete(call->context);
+	if (call->error != NULL)
+		ReThrowError(call->error);
+}
+
+/*
+ * One fit, by engine on the host rows or, with engine NULL, by the GPU on the
+ * rows streamed to it; tried again while the GPU lacks memory under 'gpu'
+ * (another session's fit holds it).  The call is left for KmCallEnd.
+ */
+static km_status
+KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *engine,
+		  const km_data *data, const km_params *params, km_result *result,
+		  km_error *err, KmEngineChoice choice, int n_init)
+{
+	TimestampTz since = 0;
+
+	for (;;)
+	{
+		km_status	status;
+
+		KmCallBegin(call, hooks, n_init);
+		memset(err, 0, sizeof(*err));
+		if (engine != NULL)
+			status = engine->fit(data, params, hooks, result, err);
+		else
+			status = KmGpuSinkFit(m->gpu, params, hooks, result, err);
+		if (!(status == KM_ERR_DEVICE_NOMEM && choice == KM_ENGINE_GPU &&
+			  engine != &km_cpu_engine && KmGpuRetryAfterNomem(&since)))
+			return status;
+		KmCallAbandon(call);
+	}
+}
+
+/*
  * Fit the rows of m as opts says; the arrays of out are allocated in the
  * current memory context.  The GPU runs the fit when the rows were streamed
  * to it, or when kmeans_gpu.engine (or the engine option) and the free GPU
@@ -280,9 +322,8 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine gpu (rows streamed during the scan)",
 							m->n, m->dim, opts->k, KmMetricName(opts->metric),
 							KmInitName(opts->init))));
-		KmCallBegin(&call, &hooks, opts->n_init);
-		memset(&err, 0, sizeof(err));
-		status = KmGpuSinkFit(m->gpu, &params, &hooks, &result, &err);
+		status = KmFitOnce(&call, &hooks, m, NULL, &data, &params, &result, &err, choice,
+						   opts->n_init);
 		done = !KmCallEnd(&call, status, &err, m->host_rows && choice != KM_ENGINE_GPU);
 		if (done)
 			out->engine = "gpu";
@@ -305,9 +346,8 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 							data.n, data.d, opts->k, KmMetricName(opts->metric),
 							KmInitName(opts->init), engine->name, KmCpuThreads())));
 
-		KmCallBegin(&call, &hooks, opts->n_init);
-		memset(&err, 0, sizeof(err));
-		status = engine->fit(&data, &params, &hooks, &result, &err);
+		status = KmFitOnce(&call, &hooks, m, engine, &data, &params, &result, &err, choice,
+						   opts->n_init);
 		done = !KmCallEnd(&call, status, &err,
 						  engine != &km_cpu_engine && choice != KM_ENGINE_GPU);
 		out->engine = engine->name;

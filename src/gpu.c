@@ -26,6 +26,7 @@
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "kmeans_gpu.h"
@@ -208,13 +209,17 @@ KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
 		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
 		return NULL;
 	}
+	if (need > info.free_bytes && choice == KM_ENGINE_GPU &&
+		need <= info.total_bytes - info.total_bytes / 16)
+		(void) KmGpuWaitForMemory(need, &info);
 	if (need > info.free_bytes)
 	{
 		char		reason[256];
 
 		snprintf(reason, sizeof(reason),
-				 "The fit needs %s of GPU memory; GPU %d (%s) has %s free.",
-				 Pretty(need), gpu_device, info.name, Pretty(info.free_bytes));
+				 "The fit needs %s of GPU memory; GPU %d (%s) has %s free of %s.",
+				 Pretty(need), gpu_device, info.name, Pretty(info.free_bytes),
+				 Pretty(info.total_bytes));
 		if (choice == KM_ENGINE_GPU)
 			GpuRefuse(reason);
 		if (kmeans_verbose)
@@ -222,6 +227,52 @@ KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
 		return NULL;
 	}
 	return api;
+}
+
+/*
+ * Wait, for at most kmeans_gpu.gpu_wait, until the device has need bytes
+ * free: other backends' fits hold memory only while they run, so under
+ * kmeans_gpu.engine 'gpu' a fit that fits the device queues behind them
+ * instead of failing.  Interrupts (cancel, statement_timeout) are served
+ * while waiting.  Returns whether the memory is there; info is refreshed.
+ */
+bool
+KmGpuWaitForMemory(uint64 need, km_gpu_device *info)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	km_error	err;
+
+	if (gpu_api == NULL)
+		return false;
+	for (;;)
+	{
+		if (need <= info->free_bytes)
+			return true;
+		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), kmeans_gpu_wait_ms))
+			return false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(20000L);
+		memset(&err, 0, sizeof(err));
+		if (gpu_api->device_info(gpu_device, info, &err) != KM_OK)
+			return false;
+	}
+}
+
+/*
+ * After a GPU allocation failed under 'gpu' (another session took the memory
+ * between our check and our cudaMalloc): wait a little and say whether to
+ * try again, within kmeans_gpu.gpu_wait counted from *since (0: now).
+ */
+bool
+KmGpuRetryAfterNomem(TimestampTz *since)
+{
+	if (*since == 0)
+		*since = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(*since, GetCurrentTimestamp(), kmeans_gpu_wait_ms))
+		return false;
+	CHECK_FOR_INTERRUPTS();
+	pg_usleep(50000L);
+	return true;
 }
 
 /*
@@ -287,13 +338,18 @@ KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weig
 	sink->cb.func = SinkFree;
 	sink->cb.arg = sink;
 	MemoryContextRegisterResetCallback(context, &sink->cb);
-	sink->ds = api->dataset_create(dim, weighted, Max(expected_rows, 1), &err);
-	if (sink->ds == NULL)
+	for (;;)
 	{
-		KmGpuFailed(err.status, err.message, raise);
-		return NULL;
+		TimestampTz since = 0;
+
+		sink->ds = api->dataset_create(dim, weighted, Max(expected_rows, 1), &err);
+		if (sink->ds != NULL)
+			return sink;
+		if (!(err.status == KM_ERR_DEVICE_NOMEM && raise && KmGpuRetryAfterNomem(&since)))
+			break;
 	}
-	return sink;
+	KmGpuFailed(err.status, err.message, raise);
+	return NULL;
 }
 
 /* Hand the staged rows to the copy stream. */

@@ -17,6 +17,7 @@ bool		kmeans_verbose = false;
 int			kmeans_cpu_threads = 0;
 int			kmeans_spill_threshold_kb = 256 * 1024;	/* 256 MB */
 int			kmeans_gpu_device = 0;
+int			kmeans_gpu_wait_ms = 60000;
 
 static const struct config_enum_entry engine_options[] = {
 	{"auto", KM_ENGINE_AUTO, false},
@@ -67,6 +68,12 @@ KmGucInit(void)
 							NULL,
 							&kmeans_gpu_device, 0, 0, 255,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("kmeans_gpu.gpu_wait",
+							"Longest wait for GPU memory under kmeans_gpu.engine 'gpu' while other sessions' fits hold it.",
+							"0 fails at once when the GPU lacks the memory.",
+							&kmeans_gpu_wait_ms, 60000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("kmeans_gpu");

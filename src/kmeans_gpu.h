@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 #include "kmeans_engine.h"
 
@@ -34,6 +35,7 @@ extern bool kmeans_verbose;
 extern int	kmeans_cpu_threads;
 extern int	kmeans_spill_threshold_kb;
 extern int	kmeans_gpu_device;
+extern int	kmeans_gpu_wait_ms;
 
 extern void KmGucInit(void);
 extern Size KmMaxMemoryBytes(void);
@@ -171,6 +173,9 @@ extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int 
 											km_metric metric);
 extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
 extern void KmGpuFailed(km_status status, const char *message, bool raise);
+struct km_gpu_device;
+extern bool KmGpuWaitForMemory(uint64 need, struct km_gpu_device *info);
+extern bool KmGpuRetryAfterNomem(TimestampTz *since);
 extern KmGpuSink *KmGpuSinkCreate(const struct km_gpu_api *api, MemoryContext context, int dim,
 								  bool weighted, int64 expected_rows, bool raise);
 extern bool KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise);

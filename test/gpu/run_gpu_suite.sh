@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite: on a machine with an NVIDIA GPU, with the engine forced to
 # the GPU, the regression and pgTAP suites, CPU = GPU comparisons on several
-# shapes, cancellation of long GPU fits, and the server-log watch; ends with
-# one line "N passed, M failed".
+# shapes, 16 sessions sharing the GPU, cancellation of long GPU fits, and the
+# server-log watch; ends with one line "N passed, M failed".
 #
 # PostgreSQL must be running with this build installed; on the project's GPU
 # machine (see ../shared/device/README.md):
@@ -79,6 +79,12 @@ python3 test/gpu/cpu_gpu_compare.py >"$out/compare.tap" 2>&1
 status=$?
 cat "$out/compare.tap"
 count_tap "CPU = GPU" "$out/compare.tap" $status
+
+echo "== concurrency"
+python3 test/gpu/concurrency_gpu.py >"$out/concurrency.tap" 2>&1
+status=$?
+cat "$out/concurrency.tap"
+count_tap concurrency "$out/concurrency.tap" $status
 
 echo "== cancellation"
 python3 test/gpu/cancel_gpu.py >"$out/cancel.tap" 2>&1
