@@ -180,6 +180,58 @@ Pretty(uint64 bytes)
 }
 
 /*
+ * The GPU engine if choice allows it and this backend can use a GPU; NULL
+ * for the CPU.  Under 'gpu', a GPU that cannot be used is an ERROR.
+ */
+static const km_gpu_api *
+GpuChosen(KmEngineChoice choice)
+{
+	const km_gpu_api *api;
+
+	if (choice == KM_ENGINE_CPU)
+		return NULL;
+	api = GpuGet();
+	if (api == NULL && choice == KM_ENGINE_GPU)
+		GpuRefuse(gpu_reason);
+	return api;
+}
+
+/*
+ * Whether the device has need bytes free for what.  Under 'gpu' a need that
+ * fits the device waits for other sessions to free memory, and a need that
+ * does not fit is an ERROR; under 'auto' the answer is simply no.
+ */
+static bool
+GpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char *what)
+{
+	km_gpu_device info;
+	km_error	err;
+	char		reason[256];
+
+	memset(&err, 0, sizeof(err));
+	if (api->device_info(gpu_device, &info, &err) != KM_OK)
+	{
+		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
+		return false;
+	}
+	if (need > info.free_bytes && choice == KM_ENGINE_GPU &&
+		need <= info.total_bytes - info.total_bytes / 16)
+		(void) KmGpuWaitForMemory(need, &info);
+	if (need <= info.free_bytes)
+		return true;
+
+	snprintf(reason, sizeof(reason),
+			 "%s needs %s of GPU memory; GPU %d (%s) has %s free of %s.",
+			 what, Pretty(need), gpu_device, info.name, Pretty(info.free_bytes),
+			 Pretty(info.total_bytes));
+	if (choice == KM_ENGINE_GPU)
+		GpuRefuse(reason);
+	if (kmeans_verbose)
+		ereport(INFO, (errmsg("kmeans: using the CPU engine: %s", reason)));
+	return false;
+}
+
+/*
  * The GPU engine for a fit of n rows, or NULL for the CPU: under 'auto' when
  * no GPU is usable or the fit does not fit in its free memory; under 'gpu'
  * those are errors.
@@ -187,45 +239,11 @@ Pretty(uint64 bytes)
 const km_gpu_api *
 KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
 {
-	const km_gpu_api *api;
-	km_gpu_device info;
-	km_error	err;
-	uint64		need;
+	const km_gpu_api *api = GpuChosen(choice);
 
-	if (choice == KM_ENGINE_CPU)
+	if (api == NULL ||
+		!GpuHasRoom(api, choice, api->fit_device_bytes(n, dim, k, metric), "The fit"))
 		return NULL;
-	api = GpuGet();
-	if (api == NULL)
-	{
-		if (choice == KM_ENGINE_GPU)
-			GpuRefuse(gpu_reason);
-		return NULL;
-	}
-
-	memset(&err, 0, sizeof(err));
-	need = api->fit_device_bytes(n, dim, k, metric);
-	if (api->device_info(gpu_device, &info, &err) != KM_OK)
-	{
-		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
-		return NULL;
-	}
-	if (need > info.free_bytes && choice == KM_ENGINE_GPU &&
-		need <= info.total_bytes - info.total_bytes / 16)
-		(void) KmGpuWaitForMemory(need, &info);
-	if (need > info.free_bytes)
-	{
-		char		reason[256];
-
-		snprintf(reason, sizeof(reason),
-				 "The fit needs %s of GPU memory; GPU %d (%s) has %s free of %s.",
-				 Pretty(need), gpu_device, info.name, Pretty(info.free_bytes),
-				 Pretty(info.total_bytes));
-		if (choice == KM_ENGINE_GPU)
-			GpuRefuse(reason);
-		if (kmeans_verbose)
-			ereport(INFO, (errmsg("kmeans: using the CPU engine: %s", reason)));
-		return NULL;
-	}
 	return api;
 }
 
@@ -443,31 +461,12 @@ KmGpuSinkRelease(KmGpuSink *sink)
 const km_engine *
 KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k)
 {
-	const km_gpu_api *api;
-	km_gpu_device info;
-	km_error	err;
+	const km_gpu_api *api = GpuChosen(choice);
 
-	if (choice == KM_ENGINE_CPU)
+	if (api == NULL ||
+		!GpuHasRoom(api, choice, api->assign_device_bytes(batch_rows, dim, k),
+					"Labelling a batch of rows"))
 		return NULL;
-	api = GpuGet();
-	if (api == NULL)
-	{
-		if (choice == KM_ENGINE_GPU)
-			GpuRefuse(gpu_reason);
-		return NULL;
-	}
-	memset(&err, 0, sizeof(err));
-	if (api->device_info(gpu_device, &info, &err) != KM_OK)
-	{
-		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
-		return NULL;
-	}
-	if (api->assign_device_bytes(batch_rows, dim, k) > info.free_bytes)
-	{
-		if (choice == KM_ENGINE_GPU)
-			GpuRefuse("the model and a batch of rows do not fit in the GPU's free memory");
-		return NULL;
-	}
 	return api->engine;
 }
 
