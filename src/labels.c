@@ -33,7 +33,9 @@ CheckVectorDim(const KmModel *model, int dim)
 	if (dim != model->dim)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector has %d values, but the model's centroids have %d", dim, model->dim)));
+				 errmsg_plural("vector has %d value, but the model's centroids have %d",
+							   "vector has %d values, but the model's centroids have %d",
+							   dim, dim, model->dim)));
 }
 
 /*

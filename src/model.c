@@ -170,10 +170,14 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 	heap_deform_tuple(&tuple, tupdesc, values, nulls);
 	ReleaseTupleDesc(tupdesc);
 
-	if (nulls[MODEL_K] || DatumGetInt32(values[MODEL_K]) < 1)
-		BadModel("k must be at least 1", 0, 0);
-	if (nulls[MODEL_DIM] || DatumGetInt32(values[MODEL_DIM]) < 1)
-		BadModel("dim must be at least 1", 0, 0);
+	if (nulls[MODEL_K])
+		BadModel("k is NULL", 0, 0);
+	if (DatumGetInt32(values[MODEL_K]) < 1)
+		BadModel("k must be at least 1, not %d", DatumGetInt32(values[MODEL_K]), 0);
+	if (nulls[MODEL_DIM])
+		BadModel("dim is NULL", 0, 0);
+	if (DatumGetInt32(values[MODEL_DIM]) < 1)
+		BadModel("dim must be at least 1, not %d", DatumGetInt32(values[MODEL_DIM]), 0);
 	k = DatumGetInt32(values[MODEL_K]);
 	dim = DatumGetInt32(values[MODEL_DIM]);
 

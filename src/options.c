@@ -10,7 +10,9 @@
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "common/int.h"
 #include "catalog/pg_type.h"
@@ -209,11 +211,30 @@ JsonInteger(const char *key, const JsonbValue *v, int64 min, int64 max)
 	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(num)));
 }
 
+/*
+ * A JSON number as a double, with our message when it is beyond the range
+ * of float8 (numeric_float8 would print all 400 digits of 1e400).
+ */
+static double
+NumericToDouble(const char *key, Numeric num)
+{
+	char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(num)));
+	double		x;
+
+	errno = 0;
+	x = strtod(text, NULL);
+	if (errno == ERANGE && isinf(x))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("option \"%s\" has a value out of range for double precision", key)));
+	return x;
+}
+
 static double
 JsonNumber(const char *key, const JsonbValue *v)
 {
 	ExpectType(key, v, jbvNumeric, "a number");
-	return DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+	return NumericToDouble(key, v->val.numeric);
 }
 
 static char *
@@ -278,8 +299,7 @@ JsonInitCentroids(KmOptions *opts, const JsonbValue *v)
 
 			if (depth != 2 || item.type != jbvNumeric)
 				goto bad_shape;
-			x = DatumGetFloat8(DirectFunctionCall1(numeric_float8,
-												   NumericGetDatum(item.val.numeric)));
+			x = NumericToDouble("init_centroids", item.val.numeric);
 			if (!isfinite((float) x))
 				ereport(ERROR,
 						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),

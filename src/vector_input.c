@@ -91,7 +91,8 @@ KmVectorRead(ArrayType *vec, int dim, float *out)
 						(errcode(ERRCODE_DATA_EXCEPTION),
 						 errmsg("vector must not contain NaN or infinite values")));
 			out[i] = (float) in[i];
-			if (unlikely(!isfinite(out[i])))
+			/* as PostgreSQL's own cast: no overflow, no underflow to zero */
+			if (unlikely(!isfinite(out[i]) || (out[i] == 0.0f && in[i] != 0.0)))
 				ereport(ERROR,
 						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 						 errmsg("vector value %g is out of range for type real", in[i])));

@@ -597,7 +597,7 @@ km_cpu_prepare_worker(void *arg, int id)
 
 	wk->wtotal = 0.0;
 	wk->sqsum = 0.0;
-	wk->xmax2 = 0.0;
+	wk->amax = 0.0;
 	wk->wmax = 0.0f;
 	memset(wk->dvec, 0, sizeof(double) * d);
 
@@ -614,6 +614,9 @@ km_cpu_prepare_worker(void *arg, int id)
 			wk->wtotal += w;
 			if (w > wk->wmax)
 				wk->wmax = w;
+			for (int j = 0; j < d; j++)
+				if (fabs((double) x[j]) > wk->amax)
+					wk->amax = fabs((double) x[j]);
 			if (st->hashes != NULL)
 				st->hashes[t.row + i] = km_row_hash(x, d, w);
 			if (!st->cosine)
@@ -622,8 +625,6 @@ km_cpu_prepare_worker(void *arg, int id)
 
 				st->xnorm2[t.row + i] = x2;
 				wk->sqsum += x2;
-				if (x2 > wk->xmax2)
-					wk->xmax2 = x2;
 				km_cpu_add_row(st->avx2, wk->dvec, x, d);
 			}
 		}
@@ -647,8 +648,8 @@ km_cpu_prepare(km_cpu_state *st)
 
 		w0->wtotal += wk->wtotal;
 		w0->sqsum += wk->sqsum;
-		if (wk->xmax2 > w0->xmax2)
-			w0->xmax2 = wk->xmax2;
+		if (wk->amax > w0->amax)
+			w0->amax = wk->amax;
 		if (wk->wmax > w0->wmax)
 			w0->wmax = wk->wmax;
 		for (int i = 0; i < st->d; i++)
@@ -660,11 +661,13 @@ km_cpu_prepare(km_cpu_state *st)
 		st->centred = 0;
 
 	/*
-	 * Every cost of the fit's final pass is at most (2 max|x|)^2 for l2 (some
-	 * centroid lies in the rows' convex hull) and 2 for cosine; with margin
-	 * for the float norms, that bounds the order-free inertia sums.
+	 * Every cost of the fit's final pass is at most (2 max|x|)^2 <= 4 d
+	 * amax^2 for l2 (some centroid lies in the rows' convex hull) and 2 for
+	 * cosine: with a margin for rounding, that bounds the order-free inertia
+	 * sums.  In double, so that neither tiny nor huge values escape it.
 	 */
 	st->fixscale = km_fix_scale((double) st->workers[0].wmax *
-								(st->cosine ? 2.0 : 4.0 * st->workers[0].xmax2) * 1.01 + 1e-300,
+								(st->cosine ? 2.0 :
+								 4.0 * st->d * st->workers[0].amax * st->workers[0].amax) * 1.01,
 								st->n);
 }

@@ -128,7 +128,7 @@ typedef struct km_cpu_worker
 	double		inertia;
 	double		wtotal;
 	double		sqsum;
-	double		xmax2;			/* prepare: largest |x|^2 */
+	double		amax;			/* prepare: largest |x_i| of any row */
 	float		wmax;			/* prepare: largest weight */
 	int64_t		moved;
 	int64_t		ambiguous;

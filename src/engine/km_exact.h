@@ -177,13 +177,19 @@ km_cost_to_distance(double cost, int cosine)
  * gap above twice the bound for the largest |c'_j| is safe.  We take 2.5
  * times (d + 8) u (|x'| + cmax)^2, which also covers rounding in computing
  * this value and in the double evaluation.
+ *
+ * Every |f_j| is at most (|x'| + cmax)^2; when that could pass the float
+ * range (2^128), a filter value may have overflowed to an infinity, so the
+ * slack is +infinity: the row must be decided exactly.
  */
 KM_HD float
 km_filter_slack(int d, float xnorm, float cmax)
 {
-	float		r = xnorm + cmax;
+	double		r = (double) xnorm + (double) cmax;
 
-	return 2.5f * (float) (d + 8) * 5.9604645e-8f * r * r;
+	if (!(r * r < 0x1p126))
+		return INFINITY;
+	return (float) (2.5 * (double) (d + 8) * 5.9604645e-8 * r * r);
 }
 
 #endif							/* KM_EXACT_H */

@@ -11,8 +11,9 @@
  * integer and added as an integer: integer addition is exact, so the sum is
  * the same in any order.  The scale comes from a bound on every term and
  * the number of terms, leaving no room for overflow; a term far below the
- * bound loses its lowest bits, which km_fix_value checks.  Shared by host
- * and device code.
+ * bound loses its lowest bits and a term above it saturates the sum, both of
+ * which km_fix_value checks (the caller then keeps its ordinary double sum).
+ * Shared by host and device code.
  */
 #ifndef KM_FIXSUM_H
 #define KM_FIXSUM_H
@@ -34,6 +35,9 @@ typedef struct km_fix
 	uint64_t	hi;
 	uint64_t	lo;
 } km_fix;
+
+/* A sum that reached this high word met a term past its bound. */
+#define KM_FIX_SATURATED ((uint64_t) 1 << 62)
 
 /* Terms are multiplied by 2^shift; shift == INT32_MIN means "not set". */
 typedef struct km_fixscale
@@ -63,6 +67,7 @@ km_fix_scale(double bound, int64_t n)
 	return s;
 }
 
+/* acc += t; a saturated sum stays saturated. */
 KM_HD void
 km_fix_add(km_fix *acc, km_fix t)
 {
@@ -70,6 +75,8 @@ km_fix_add(km_fix *acc, km_fix t)
 
 	acc->hi += t.hi + (lo < t.lo);
 	acc->lo = lo;
+	if (acc->hi >= KM_FIX_SATURATED || t.hi >= KM_FIX_SATURATED)
+		acc->hi = KM_FIX_SATURATED;
 }
 
 /* A term as an integer: floor(t * 2^shift), exactly, for t in [0, bound]. */
@@ -83,8 +90,12 @@ km_fix_term(double t, km_fixscale s)
 	if (!(t > 0.0))
 		return f;
 	v = ldexp(t, s.shift);		/* < 2^124 when t is within the bound */
-	if (!(v < 0x1p125))
-		v = 0x1p125;			/* never overflow, even past the bound */
+	if (!(v < 0x1p124))
+	{
+		/* past the bound: mark the sum, which km_fix_value then refuses */
+		f.hi = KM_FIX_SATURATED;
+		return f;
+	}
 	hi = floor(ldexp(v, -64));
 	f.hi = (uint64_t) hi;
 	/* v - hi * 2^64 is v's low part: exact in double */
@@ -102,7 +113,7 @@ km_fix_value(km_fix acc, km_fixscale s, int64_t nterms, double *out)
 {
 	double		v;
 
-	if (s.shift == KM_FIX_UNSET)
+	if (s.shift == KM_FIX_UNSET || acc.hi >= KM_FIX_SATURATED)
 		return 0;
 	v = ldexp((double) acc.hi, 64) + (double) acc.lo;
 	/* each term lost less than one unit */

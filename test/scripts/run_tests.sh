@@ -3,9 +3,12 @@
 # server, run every suite, and end with one line "N passed, M failed".
 #
 # Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
-# pgTAP (test/tap), the scikit-learn comparison (test/compare), and a watch
-# over the server log for crashed backends and leaks.
-# KM_TEST_SKIP_BIG=1 skips the multi-gigabyte parallel test.
+# pgTAP (test/tap), the scikit-learn comparison (test/compare), the
+# reliability suites (test/reliability: randomised properties, concurrency,
+# cancellation, memory bounds), and a watch over the server log for crashed
+# backends and leaks, after every suite and over the whole log at the end.
+# KM_TEST_SKIP_BIG=1 skips the multi-gigabyte parallel test;
+# KM_PROP_SECONDS sets the property run's time budget (120 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -28,6 +31,30 @@ passed=0
 failed=0
 summary=()
 
+log="$tmp/pg/server.log"
+log_offset=0
+watch_n=0
+watch_time=$SECONDS
+
+# Check the part of the server log written since the last call (during
+# suite $1) for crashed backends, restarts and leaks: one TAP line, kept in
+# logwatch_each.tap and counted once at the end.
+watch_log() {
+	local suite=$1 size part="$tmp/log.part" took=$((SECONDS - watch_time))
+	watch_time=$SECONDS
+	size=$(stat -c %s "$log")
+	tail -c +$((log_offset + 1)) "$log" | head -c $((size - log_offset)) >"$part"
+	log_offset=$size
+	watch_n=$((watch_n + 1))
+	test/scripts/check_server_log.sh "$part" >"$part.tap" 2>&1
+	if grep -qE '^not ok' "$part.tap"; then
+		echo "not ok $watch_n - server log after $suite (the suite took $took s)"
+		grep -E '^(not ok|#)' "$part.tap" | sed 's/^/# /'
+	else
+		echo "ok $watch_n - server log clean after $suite (the suite took $took s)"
+	fi | tee -a "$tmp/logwatch_each.tap"
+}
+
 # Count TAP results in file $2 for suite $1; $3 is the suite's exit status.
 count_tap() {
 	local name=$1 file=$2 status=$3 ok nok
@@ -47,6 +74,7 @@ test/engine/engine_test >"$tmp/engine.tap" 2>&1
 status=$?
 cat "$tmp/engine.tap"
 count_tap engine "$tmp/engine.tap" $status
+watch_log engine
 
 echo "== pg_regress"
 regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
@@ -63,6 +91,7 @@ nok=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+' "$tmp/regress.log")
 passed=$((passed + ok))
 failed=$((failed + nok))
 summary+=("pg_regress: $ok passed, $nok failed")
+watch_log pg_regress
 
 echo "== pgTAP"
 createdb tap && psql -q -d tap -c 'CREATE EXTENSION pgtap; CREATE EXTENSION kmeans_gpu;' || exit 1
@@ -74,20 +103,39 @@ pg_prove -v -d tap $tapfiles >"$tmp/pgtap.log" 2>&1
 status=$?
 cat "$tmp/pgtap.log"
 count_tap pgTAP "$tmp/pgtap.log" $status
+watch_log pgTAP
 
 echo "== comparison with scikit-learn"
 /usr/bin/python3 test/compare/sklearn_compare.py >"$tmp/compare.tap" 2>&1
 status=$?
 cat "$tmp/compare.tap"
 count_tap sklearn "$tmp/compare.tap" $status
+watch_log sklearn
+
+# The reliability suites (test/reliability): each prints TAP.
+for suite in property_run concurrency cancel memory_bounds; do
+	echo "== reliability: $suite"
+	/usr/bin/python3 "test/reliability/$suite.py" >"$tmp/$suite.tap" 2>&1
+	status=$?
+	cat "$tmp/$suite.tap"
+	count_tap "$suite" "$tmp/$suite.tap" $status
+	watch_log "$suite"
+done
 
 echo "== server log watch"
 test/scripts/check_server_log.sh "$tmp/pg/server.log" >"$tmp/logwatch.tap" 2>&1
 status=$?
 cat "$tmp/logwatch.tap"
 count_tap "server log" "$tmp/logwatch.tap" $status
+count_tap "server log, per suite" "$tmp/logwatch_each.tap" 0
 
 echo
 for line in "${summary[@]}"; do echo "  $line"; done
 echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+if [[ $failed -eq 0 ]]; then
+	test/scripts/pg_server.sh stop "$tmp/pg"
+	rm -rf "$tmp"
+	exit 0
+fi
+echo "logs and the server's data directory are in $tmp"
+exit 1
