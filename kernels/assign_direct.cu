@@ -27,6 +27,7 @@
  *	  block's partial.  kmg_reduce_partials adds the partials in block order.
  */
 #include "gpu_internal.cuh"
+#include "finalize_block.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -445,6 +446,8 @@ kmg_direct_make_plan(int64_t n, int d, int dp, int k, int mode, int sms,
 
 	(void) d;
 	p.ok = 0;
+	p.kind = KMG_PLAN_DIRECT;
+	p.dp = dp;
 	p.kb = 0;
 	p.s = 1;
 	p.nstage = 0;
@@ -541,7 +544,7 @@ kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
  * order.  Also the moved total and the count of clusters without weight.
  */
 __global__ void __launch_bounds__(256)
-kmg_reduce_partials_kernel(kmg_args a)
+kmg_reduce_partials_kernel(kmg_args a, int fin)
 {
 	__shared__ double sred[8][32];
 	const int	cw = KMG_CW(a.dp);
@@ -573,8 +576,55 @@ kmg_reduce_partials_kernel(kmg_args a)
 		for (int sl = 1; sl < 8; sl++)
 			s += sred[sl][threadIdx.x];
 		a.clus[(size_t) j * cw + c] = s;
-		if (c == a.dp && !(s > 0.0))
+		if (!fin && c == a.dp && !(s > 0.0))
 			atomicAdd(&a.ctl->nempty, 1);
+	}
+	if (fin)
+	{
+		/* the last block counts, then finishes the iteration (small k) */
+		__shared__ int s_last,
+					s_red[2][8];
+		int			moved = 0,
+					nempty = 0;
+
+		__threadfence();
+		__syncthreads();
+		if (threadIdx.x == 0)
+			s_last = atomicAdd(&a.ctl->ticket2, 1u) == gridDim.x * gridDim.y - 1;
+		__syncthreads();
+		if (!s_last)
+			return;
+		__threadfence();
+		for (int b = threadIdx.x; b < a.nblocks; b += blockDim.x)
+			moved += *(volatile int *) &a.part_moved[b];
+		for (int jj = threadIdx.x; jj < a.k; jj += blockDim.x)
+			nempty += !(*(volatile double *) &a.clus[(size_t) jj * cw + a.dp] > 0.0);
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			moved += __shfl_xor_sync(0xffffffffu, moved, o);
+			nempty += __shfl_xor_sync(0xffffffffu, nempty, o);
+		}
+		if ((threadIdx.x & 31) == 0)
+		{
+			s_red[0][threadIdx.x >> 5] = moved;
+			s_red[1][threadIdx.x >> 5] = nempty;
+		}
+		__syncthreads();
+		moved = 0;
+		nempty = 0;
+		for (int w = 0; w < 8; w++)
+		{
+			moved += s_red[0][w];
+			nempty += s_red[1][w];
+		}
+		if (threadIdx.x == 0)
+		{
+			a.ctl->moved = moved;
+			a.ctl->nempty = nempty;
+			a.ctl->ticket2 = 0;
+		}
+		kmg_finalize_block(a, KMG_FIN_ITER, moved, nempty);
+		return;
 	}
 	if (j == 0 && blockIdx.x == 0 && slice == 1)
 	{
@@ -594,6 +644,71 @@ kmg_reduce_partials(const kmg_args *a, cudaStream_t stream)
 {
 	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
 
-	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a);
+	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a, 0);
 	return cudaGetLastError();
+}
+
+/* The reduction whose last block also finishes the iteration (k <= KMG_FIN1_KMAX). */
+static cudaError_t
+kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream)
+{
+	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
+
+	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a, 1);
+	return cudaGetLastError();
+}
+
+/*
+ * The fused pass for a small-k shape: the narrow kernel for dp <= 32, the
+ * wide one for 128 < dp with k <= 16, else kmg_direct_kernel.  ok == 0:
+ * no fused pass (the GEMM filter path).
+ */
+kmg_direct_plan
+kmg_fused_make_plan(int64_t n, int d, int dp, int k, int mode, int sms, size_t smem_optin)
+{
+	kmg_direct_plan p;
+
+	p = kmg_narrow_make_plan(n, dp, k, sms, smem_optin);
+	if (p.ok)
+		return p;
+	p = kmg_wide_make_plan(n, dp, k, sms, smem_optin);
+	if (p.ok)
+		return p;
+	return kmg_direct_make_plan(n, d, dp, k, mode, sms, smem_optin);
+}
+
+cudaError_t
+kmg_fused_prepare(kmg_direct_plan *plan, int sms)
+{
+	if (plan->kind == KMG_PLAN_NARROW)
+		return kmg_narrow_prepare(plan, sms);
+	if (plan->kind == KMG_PLAN_WIDE)
+		return kmg_wide_prepare(plan, sms);
+	return kmg_direct_prepare(plan, sms);
+}
+
+/*
+ * One fused pass.  In MODE_ITER it is a whole Lloyd iteration: the cluster
+ * sums in a->clus, then the finalize (kmg_finalize's rules), inside the
+ * pass's own last block for the narrow kernel, in the last block of the
+ * reduction for the others (k <= KMG_FIN1_KMAX), else as kmg_finalize.
+ */
+cudaError_t
+kmg_fused_pass(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
+{
+	cudaError_t e;
+
+	if (plan->kind == KMG_PLAN_NARROW)
+		return kmg_narrow_assign(a, plan, mode, stream);
+	if (plan->kind == KMG_PLAN_WIDE)
+		e = kmg_wide_assign(a, plan, mode, stream);
+	else
+		e = kmg_direct_assign(a, plan, mode, stream);
+	if (e != cudaSuccess || mode != KMG_MODE_ITER)
+		return e;
+	if (a->k <= KMG_FIN1_KMAX)
+		return kmg_reduce_finalize(a, stream);
+	if ((e = kmg_reduce_partials(a, stream)) != cudaSuccess)
+		return e;
+	return kmg_finalize(a, KMG_FIN_ITER, stream);
 }

@@ -10,33 +10,28 @@
  * Why it is fast.  kmg_classify reads 20 bytes a row and settles almost
  * every row with the filter's winner; the few ambiguous ones are appended to
  * a list (integer atomics: the order of the list varies, the label of each
- * row does not).  kmg_exact_refine takes them R at a time per block: every
- * thread owns centroids j = tid, tid + 256, ..., recomputes the float filter
- * value of its centroid for the R rows (one read of the centroid serves R
- * rows) and runs the exact double chain only where that value is within the
- * slack of the GEMM's best, i.e. for the two or three centroids that can
- * still win.  That is exact: a centroid farther than the slack cannot be the
- * exact winner (the argument of km_filter_slack), so the minimum over the
- * candidates, ties to the lowest index, is km_exact_nearest's answer.
+ * row does not).  kmg_exact_refine takes them R at a time per work item
+ * (R rows x one tile of the filter's prepared operand): every thread owns a
+ * centroid of the tile, recomputes its float filter value for the R rows
+ * from the prepared -2 C'^T (coalesced; one read serves R rows) and runs the
+ * exact double chain (kmg_chain4) only where that value is within the slack
+ * of the GEMM's best, i.e. for the two or three centroids that can still
+ * win.  That is exact: a centroid farther than the slack cannot be the exact
+ * winner (the argument of km_filter_slack), so the minimum over the
+ * candidates, ties to the lowest index, is km_exact_nearest's answer.  With
+ * km_filter_top3's outputs (a->fthird set; the engine does not, see
+ * NOTES.md), kmg_classify settles a row whose third value is beyond the
+ * slack between its two best, in the thread.
  */
 #include "gpu_internal.cuh"
 
 #include <limits.h>
 #include <math.h>
 
-/* Sum of an int over the block into *out with one atomic (deterministic). */
-__device__ __forceinline__ void
-kmg_block_add_int(int v, int *out)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	if ((threadIdx.x & 31) == 0 && v != 0)
-		atomicAdd(out, v);
-}
-
 /*
- * Per row: the filter's winner when the gap beats the slack, else the row
- * goes on the ambiguous list.
+ * Per row: the filter's winner when the gap beats the slack; else, when the
+ * third value is beyond the slack, the exact winner of the two best (two
+ * chains in this thread); else the row goes on the ambiguous list.
  */
 __global__ void
 kmg_classify_kernel(kmg_args a, int mode)
@@ -44,7 +39,8 @@ kmg_classify_kernel(kmg_args a, int mode)
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const int64_t start = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
 	const int	iter = mode == KMG_MODE_ITER;
-	int			moved = 0;
+	int			moved = 0,
+				npair = 0;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -65,7 +61,35 @@ kmg_classify_kernel(kmg_args a, int mode)
 
 			amb = all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack) ||
 				!(f2 - f1 > slack);
-			if (!amb)
+			if (amb && a.fthird != NULL &&
+				!(all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack)) &&
+				a.fthird[i] - f1 > slack)
+			{
+				/* only best and second are within the slack: exact between them */
+				const int	b1 = a.best[i],
+							b2 = a.second[i];
+				double		e1,
+							e2;
+				int			b;
+
+				kmg_exact_cost4_pair(a.X + (size_t) i * a.dp, a.C + (size_t) b1 * a.dp,
+									 a.C + (size_t) b2 * a.dp, a.cosine ? a.cnorm[b1] : 0.0,
+									 a.cosine ? a.cnorm[b2] : 0.0, a.dp, a.cosine, &e1, &e2);
+				b = (e2 < e1 || (e2 == e1 && b2 < b1)) ? b2 : b1;
+				npair++;
+				amb = 0;
+				if (iter)
+				{
+					if (a.labels[i] != b)
+					{
+						moved++;
+						a.labels[i] = b;
+					}
+				}
+				else
+					a.labels[i] = b;
+			}
+			else if (!amb)
 			{
 				const int	b = a.best[i];
 
@@ -100,6 +124,7 @@ kmg_classify_kernel(kmg_args a, int mode)
 	}
 	if (iter)
 		kmg_block_add_int(moved, &a.ctl->moved);
+	kmg_block_add_int(npair, &a.ctl->npair);
 }
 
 cudaError_t
@@ -211,8 +236,9 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 			for (int r = 0; r < R; r++)
 				if (r < nr && !(cnj - 2.0f * acc[r] > sthr[r]))
 				{
-					double		c = km_exact_cost(xs + r * dp, a.C + (size_t) j * dp,
-												  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+					double		c = kmg_chain4(reinterpret_cast<const float4 *>(xs + r * dp),
+											   reinterpret_cast<const float4 *>(a.C + (size_t) j * dp),
+											   dp / 4, a.cosine ? a.cnorm[j] : 0.0, a.cosine);
 
 					if (c < bc[r])	/* j ascends: ties keep the lower */
 					{
@@ -279,11 +305,19 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 }
 
 /*
- * The chunked path: work item (batch of R ambiguous rows, chunk of
- * KMG_XCHUNK centroids), one centroid per thread; each item leaves, per row,
- * the best (cost, centroid) of its chunk in xcost/xidx, and kmg_exact_merge
- * takes the best over the chunks.  More blocks than rows/R alone would give,
- * so a few hundred ambiguous rows still fill the GPU.
+ * The chunked path: work item (batch of R ambiguous rows, chunk = one tile
+ * of the filter's prepared operand, a->fbn centroids), one centroid per
+ * thread; each item leaves, per row, the best (cost, centroid) of its
+ * chunk in xcost/xidx, and kmg_exact_merge takes the best over the chunks.
+ * More blocks than rows/R alone would give, so a few hundred ambiguous rows
+ * still fill the GPU.  The float values are recomputed from the prepared
+ * operand (-2 c'^T, one column chunk per tile: thread j's four values of a
+ * step are four coalesced loads, the next step's in flight), the same
+ * quantity the GEMM computed, within the same bound; the exact chains
+ * (kmg_chain4) read the row from shared memory and the centroid with its
+ * loads ahead of the dependent adds.  Run 2 read each centroid row from
+ * global memory one float at a time, in the chain and in the recompute:
+ * latency-bound (75 us for 340 rows of 100000 x 256 x 1024).
  */
 template <int R>
 __global__ void __launch_bounds__(KMG_XCHUNK)
@@ -298,6 +332,10 @@ kmg_exact_chunk_kernel(kmg_args a)
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
 	const int	q4 = dp / 4;
+	const int	bn = a.fbn;
+	const int	tiles = (a.kp + bn - 1) / bn;
+	const float *Bt = a.fwork;
+	const float *Cnt = a.fwork + (size_t) tiles * bn * dp;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -314,7 +352,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 		const int	c = item - b * a.xchunks;
 		const int	base = b * R;
 		const int	nr = namb - base < R ? namb - base : R;
-		const int	j = c * KMG_XCHUNK + tid;
+		const int	j = c * bn + tid;
 
 		__syncthreads();
 		if (tid < R)
@@ -354,36 +392,56 @@ kmg_exact_chunk_kernel(kmg_args a)
 			bc[r] = INFINITY;
 			bj[r] = INT_MAX;
 		}
-		if (j < a.k)
+		if (tid < bn && j < a.k)
 		{
-			const float4 *c4 = reinterpret_cast<const float4 *>(a.Cf + (size_t) j * dp);
-			const float cnj = a.cn[j];
+			/* thread j's column of the tile: 4 steps (16 values) in flight ahead */
+			const float *bcol = Bt + (size_t) c * dp * bn + tid;
 			float		acc[R];
+			float		bA[16],
+						bB[16];
 
 #pragma unroll
 			for (int r = 0; r < R; r++)
-				acc[r] = 0.0f;
-			for (int q = 0; q < q4; q++)
-			{
-				const float4 cv = c4[q];
-
+				acc[r] = Cnt[j];
 #pragma unroll
-				for (int r = 0; r < R; r++)
+			for (int u = 0; u < 16; u++)
+				bA[u] = u < dp ? bcol[(size_t) u * bn] : 0.0f;
+			for (int q0 = 0; q0 < q4; q0 += 4)
+			{
+#pragma unroll
+				for (int u = 0; u < 16; u++)
 				{
-					const float4 x = reinterpret_cast<const float4 *>(xs + r * dp)[q];
+					const int	col = 4 * q0 + 16 + u;
 
-					acc[r] = fmaf(x.x, cv.x, acc[r]);
-					acc[r] = fmaf(x.y, cv.y, acc[r]);
-					acc[r] = fmaf(x.z, cv.z, acc[r]);
-					acc[r] = fmaf(x.w, cv.w, acc[r]);
+					bB[u] = col < dp ? bcol[(size_t) col * bn] : 0.0f;
 				}
+#pragma unroll
+				for (int v = 0; v < 4; v++)
+				{
+					if (q0 + v >= q4)
+						break;
+#pragma unroll
+					for (int r = 0; r < R; r++)
+					{
+						const float4 x = reinterpret_cast<const float4 *>(xs + r * dp)[q0 + v];
+
+						acc[r] = fmaf(x.x, bA[4 * v], acc[r]);
+						acc[r] = fmaf(x.y, bA[4 * v + 1], acc[r]);
+						acc[r] = fmaf(x.z, bA[4 * v + 2], acc[r]);
+						acc[r] = fmaf(x.w, bA[4 * v + 3], acc[r]);
+					}
+				}
+#pragma unroll
+				for (int u = 0; u < 16; u++)
+					bA[u] = bB[u];
 			}
 #pragma unroll
 			for (int r = 0; r < R; r++)
-				if (r < nr && !(cnj - 2.0f * acc[r] > sthr[r]))
+				if (r < nr && !(acc[r] > sthr[r]))
 				{
-					bc[r] = km_exact_cost(xs + r * dp, a.C + (size_t) j * dp,
-										  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+					bc[r] = kmg_chain4(reinterpret_cast<const float4 *>(xs + r * dp),
+									   reinterpret_cast<const float4 *>(a.C + (size_t) j * dp), q4,
+									   a.cosine ? a.cnorm[j] : 0.0, a.cosine);
 					bj[r] = j;
 				}
 		}
@@ -572,7 +630,8 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 
 /*
  * Exact cost of every row to its labelled centroid: one thread per row,
- * the d-long double chain in index order (km_exact_cost itself).
+ * the d-long double chain in index order (km_exact_cost's bits, with the
+ * loads ahead of the adds: kmg_chain4).
  */
 __global__ void
 kmg_row_costs_kernel(kmg_args a)
@@ -583,8 +642,9 @@ kmg_row_costs_kernel(kmg_args a)
 	{
 		const int	j = a.labels[i];
 
-		a.cost[i] = km_exact_cost(a.X + i * a.dp, a.C + (size_t) j * a.dp,
-								  a.cosine ? a.cnorm[j] : 0.0, a.d, a.cosine);
+		a.cost[i] = kmg_chain4(reinterpret_cast<const float4 *>(a.X + i * a.dp),
+							   reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp),
+							   a.dp / 4, a.cosine ? a.cnorm[j] : 0.0, a.cosine);
 	}
 }
 

@@ -36,10 +36,44 @@ size_t		km_filter_work_bytes(int kp, int dp);
 cudaError_t km_filter_prepare(const float *C, const float *cn, int k, int kp, int dp,
 							  void *work, cudaStream_t stream);
 
-/* The filter itself; returns the launch error, if any. */
+/*
+ * The prepared operand, for kernels that reread it (the exact refinement of
+ * the rows the filter cannot settle): BN = km_filter_tile_cols(k) centroids
+ * per tile, tiles = ceil(kp / BN); for tile t, column c < dp and i < BN,
+ *		((const float *) work)[((size_t) t * dp + c) * BN + i] = -2 c'_{t BN + i, c}
+ * (0 past k), then cn padded with +INFINITY to whole tiles:
+ *		((const float *) work)[(size_t) tiles * BN * dp + j] = cn_j.
+ */
+int			km_filter_tile_cols(int k);
+
+/*
+ * The filter itself; returns the launch error, if any.  stop (optional): a
+ * device int read when each block starts; nonzero means the caller's run
+ * has stopped and the launch returns at once writing nothing (queued
+ * iterations of a paused or finished Lloyd run cost almost nothing).
+ */
 cudaError_t km_filter_top2(const float *X, int64_t n, int dp,
 						   const void *work, int k, int kp,
 						   int32_t *best, float *fbest, float *fsecond,
-						   cudaStream_t stream);
+						   cudaStream_t stream, const int *stop = nullptr);
+
+/*
+ * The same product with a top-3 per row: in addition to best, fbest and
+ * fsecond (as above),
+ *
+ *		second[i] = a column j != best with f_ij = fsecond[i] (the lowest such j
+ *					when several tie; best[i] when k == 1)
+ *		fthird[i] = the third smallest f_ij counted with multiplicity
+ *					(+INFINITY when k <= 2)
+ *
+ * so that a row whose fthird - fbest exceeds the slack has at most two
+ * candidates, best and second, and is settled with two exact distances
+ * instead of a scan over all k centroids.  Same work buffer as top2.
+ */
+cudaError_t km_filter_top3(const float *X, int64_t n, int dp,
+						   const void *work, int k, int kp,
+						   int32_t *best, float *fbest, int32_t *second,
+						   float *fsecond, float *fthird, cudaStream_t stream,
+						   const int *stop = nullptr);
 
 #endif							/* KM_ASSIGN_GEMM_CUH */

@@ -16,10 +16,16 @@
  * CUDA graph of several iterations, which cuts the launch gaps.
  *
  * Per iteration:
- *	small k * d:  kmg_direct_assign -> kmg_reduce_partials -> kmg_finalize
- *	otherwise:    km_filter_prepare -> km_filter_top2 -> kmg_classify ->
- *	              kmg_exact_refine -> kmg_sort_labels -> kmg_segment ->
- *	              kmg_finalize
+ *	small k:      kmg_fused_pass (assign_direct.cu): the narrow kernel alone
+ *	              (dp <= 32; its last block ends the iteration), or the wide
+ *	              or direct kernel -> kmg_reduce_partials (whose last block
+ *	              ends the iteration)
+ *	otherwise:    km_filter_prepare -> km_filter_top2 (skipped when the run
+ *	              has stopped) -> kmg_classify -> kmg_exact_refine ->
+ *	              kmg_sort_labels -> kmg_segment -> kmg_finalize
+ * Once per call, kmg_rows_setup decides the l2 centring of the narrow and
+ * wide passes and the scales of the order-free sums.  KMG_VERBOSE=1 in the
+ * environment traces every batch and iteration on stderr.
  *
  * Device memory is computed first (kmg_fit_bytes, the same layout the
  * allocation uses), checked against cudaMemGetInfo, and taken in one
@@ -28,6 +34,8 @@
 #include "gpu_internal.cuh"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -73,6 +81,7 @@ typedef struct kmg_shape
 	int			sums;			/* map: per-cluster sums */
 	int			max_iter;
 	kmg_direct_plan plan;		/* ok: the fused small-k path */
+	int			centrable;		/* l2 on a fused pass that centres (narrow, wide) */
 	size_t		sort_bytes;
 	int			seed_blocks;
 } kmg_shape;
@@ -87,6 +96,8 @@ typedef struct kmg_work
 	void	   *sort_temp;
 	void	   *filter_work;
 	float	   *xscratch;		/* k floats */
+	float	   *mu;				/* dp floats: the centring, when centrable */
+	void	   *stats_work;
 	kmg_seed_bufs sb;
 } kmg_work;
 
@@ -127,7 +138,10 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	w->sort_temp = kmg_carve(&c, sh->sort_bytes);
 
 	w->a.C = (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float));
-	w->a.Cf = sh->cosine ? (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float)) : w->a.C;
+	w->a.Cf = sh->cosine || sh->centrable ? (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float))
+		: w->a.C;
+	w->mu = sh->centrable ? (float *) kmg_carve(&c, (size_t) dp * sizeof(float)) : NULL;
+	w->stats_work = kmg_carve(&c, kmg_stats_bytes(n, dp));
 	w->a.cn = (float *) kmg_carve(&c, (size_t) kp * sizeof(float));
 	w->a.cnf = (float *) kmg_carve(&c, (size_t) k * sizeof(float));
 	w->a.cnorm = (double *) kmg_carve(&c, (size_t) k * sizeof(double));
@@ -142,17 +156,27 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	if (!sh->plan.ok)
 	{
 		w->a.xcap = kmg_exact_cap(n);
-		w->a.xchunks = (k + KMG_XCHUNK - 1) / KMG_XCHUNK;
+		w->a.fbn = km_filter_tile_cols(k);
+		w->a.fwork = (const float *) w->filter_work;
+		w->a.xchunks = (k + w->a.fbn - 1) / w->a.fbn;
 		w->a.xcost = (double *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(double));
 		w->a.xidx = (int32_t *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(int32_t));
 	}
 	w->a.reloc = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
 	w->a.empties = (int32_t *) kmg_carve(&c, (size_t) k * sizeof(int32_t));
-	if (sh->fit && sh->plan.ok)
+	if (sh->plan.ok)
 	{
 		w->a.part = (double *) kmg_carve(&c, (size_t) sh->plan.nblocks * k * cw * sizeof(double));
 		w->a.part_moved = (int *) kmg_carve(&c, (size_t) sh->plan.nblocks * sizeof(int));
 		w->a.nblocks = sh->plan.nblocks;
+		if (sh->plan.kind == KMG_PLAN_NARROW)
+			w->a.nfix = (unsigned long long *) kmg_carve(&c, kmg_narrow_fix_bytes(k, sh->d));
+		if (sh->plan.kind == KMG_PLAN_WIDE)
+		{
+			w->a.wrow = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
+			w->a.wmask = (uint32_t *) kmg_carve(&c, (size_t) n * sizeof(uint32_t));
+			w->a.wcount = (int *) kmg_carve(&c, (size_t) sh->plan.nblocks * sizeof(int));
+		}
 	}
 	w->a.ctl = (kmg_ctl *) kmg_carve(&c, sizeof(kmg_ctl));
 	w->a.stats = (kmg_stat *) kmg_carve(&c, (size_t) (sh->max_iter + 1) * sizeof(kmg_stat));
@@ -196,8 +220,10 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 		sh->L = KMG_PP_LMAX;
 	sh->sums = sums;
 	sh->max_iter = params != NULL ? params->max_iter : 1;
-	sh->plan = kmg_direct_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS,
-									sms, optin);
+	sh->plan = kmg_fused_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS,
+								   sms, optin);
+	sh->centrable = !cosine && sh->plan.ok &&
+		(sh->plan.kind == KMG_PLAN_NARROW || sh->plan.kind == KMG_PLAN_WIDE);
 	{
 		int64_t		b = (n + 255) / 256;
 
@@ -212,6 +238,75 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 		sh->sort_bytes = kmg_sort_temp_bytes(n, k);
 	else
 		sh->sort_bytes = (size_t) n * 8 + ((size_t) 64 << 20);
+}
+
+/*
+ * After the rows are prepared (kmg_prep_rows), once per call: the l2
+ * centring of the fused passes that take it (mu = the rows' mean, rounded
+ * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides)
+ * and, for a fit, the scale of the order-free inertia of the final pass
+ * (the CPU engine's: km_fix_scale(max w * (cosine ? 2 : 4 max |x|^2) * 1.01,
+ * n)).  Synchronises the stream.
+ */
+static cudaError_t
+kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
+{
+	kmg_row_stats st;
+	double	   *colsum = NULL;
+	cudaError_t e;
+
+	w->a.mu = NULL;
+	w->a.ishift = KM_FIX_UNSET;
+	if (sh->centrable)
+	{
+		colsum = (double *) malloc(sizeof(double) * sh->dp);
+		if (colsum == NULL)
+			return cudaErrorMemoryAllocation;
+	}
+	e = kmg_row_stats_run(w->a.X, w->a.W, sh->n, sh->d, sh->dp, sh->cosine, sh->centrable,
+						  w->stats_work, colsum, &st, s);
+	if (e == cudaSuccess && sh->centrable)
+	{
+		float	   *mu = (float *) calloc(sh->dp, sizeof(float));
+		double		m2 = 0.0;
+
+		if (mu == NULL)
+			e = cudaErrorMemoryAllocation;
+		else
+		{
+			for (int i = 0; i < sh->d; i++)
+			{
+				mu[i] = (float) (colsum[i] / (double) sh->n);
+				m2 += (double) mu[i] * mu[i];
+			}
+			if (m2 * 16.0 > st.sqsum / (double) sh->n)
+			{
+				e = cudaMemcpyAsync(w->mu, mu, sizeof(float) * sh->dp, cudaMemcpyHostToDevice, s);
+				if (e == cudaSuccess)
+					e = cudaStreamSynchronize(s);
+				if (e == cudaSuccess)
+				{
+					w->a.mu = w->mu;
+					if (sh->plan.kind == KMG_PLAN_WIDE)
+						e = kmg_centred_norms(w->a.X, w->mu, sh->n, sh->d, sh->dp,
+											  (float *) w->a.xnorm, s);
+				}
+			}
+			free(mu);
+		}
+	}
+	free(colsum);
+	/* not centred (or cosine): l2 filters the centroids themselves */
+	if (!sh->cosine && w->a.mu == NULL)
+		w->a.Cf = w->a.C;
+	if (e == cudaSuccess && fit)
+		w->a.ishift = km_fix_scale((double) st.wmax *
+								   (sh->cosine ? 2.0 : 4.0 * (double) st.xmax2) * 1.01 + 1e-300,
+								   sh->n).shift;
+	/* the narrow pass's order-free sums: |sum w x| <= n max w max |x| */
+	w->a.sshift = km_fix_scale((double) st.wmax * (double) st.xabsmax * 1.01 + 1e-300, sh->n).shift;
+	w->a.wshift = km_fix_scale((double) st.wmax * 1.01 + 1e-300, sh->n).shift;
+	return e;
 }
 
 uint64_t
@@ -264,15 +359,10 @@ kmg_enqueue_iteration(kmg_fit *f)
 	cudaError_t e;
 
 	if (f->sh.plan.ok)
-	{
-		if ((e = kmg_direct_assign(a, &f->sh.plan, KMG_MODE_ITER, f->s)) != cudaSuccess ||
-			(e = kmg_reduce_partials(a, f->s)) != cudaSuccess)
-			return e;
-		return kmg_finalize(a, KMG_FIN_ITER, f->s);
-	}
+		return kmg_fused_pass(a, &f->sh.plan, KMG_MODE_ITER, f->s);	/* finalize included */
 	if ((e = km_filter_prepare(a->Cf, a->cn, a->k, a->kp, a->dp, f->w.filter_work, f->s)) != cudaSuccess ||
 		(e = km_filter_top2(a->X, a->n, a->dp, f->w.filter_work, a->k, a->kp, a->best,
-							a->fbest, a->fsecond, f->s)) != cudaSuccess ||
+							a->fbest, a->fsecond, f->s, &a->ctl->stop)) != cudaSuccess ||
 		(e = kmg_classify(a, KMG_MODE_ITER, f->s)) != cudaSuccess ||
 		(e = kmg_exact_refine(a, KMG_MODE_ITER, f->sms, f->s)) != cudaSuccess ||
 		(e = kmg_sort_labels(a, f->w.iota, f->w.sort_temp, f->sh.sort_bytes, f->s)) != cudaSuccess ||
@@ -290,7 +380,7 @@ kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, int sms, cudaStream_t
 
 	a.lloyd = 0;
 	if (sh->plan.ok)
-		return kmg_direct_assign(&a, &sh->plan, KMG_MODE_LABELS, s);
+		return kmg_fused_pass(&a, &sh->plan, KMG_MODE_LABELS, s);
 	if ((e = cudaMemsetAsync(&a.ctl->namb, 0, sizeof(int), s)) != cudaSuccess ||
 		(e = km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, w->filter_work, s)) != cudaSuccess ||
 		(e = km_filter_top2(a.X, a.n, a.dp, w->filter_work, a.k, a.kp, a.best, a.fbest,
@@ -341,6 +431,8 @@ kmg_seed(kmg_fit *f, int run, km_error *err)
 	const int	k = a->k;
 
 	KMG_CK(cudaMemsetAsync(a->C, 0, (size_t) a->kp * a->dp * sizeof(float), f->s));
+	if (a->Cf != a->C)
+		KMG_CK(cudaMemsetAsync(a->Cf, 0, (size_t) a->kp * a->dp * sizeof(float), f->s));
 	if (p->init == KM_INIT_EXPLICIT)
 	{
 		KMG_CK(cudaMemcpy2DAsync(a->C, (size_t) a->dp * sizeof(float), p->init_centroids,
@@ -454,6 +546,10 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	int			batch_sz[2] = {0, 0};
 	double		batch_t[2] = {0, 0};
 	double		last_done = 0.0;
+	/* KMG_VERBOSE=1: each batch and iteration on stderr (development) */
+	const char *venv = getenv("KMG_VERBOSE");
+	const int	verbose = venv != NULL && venv[0] == '1';
+	double		vlast = kmg_now();
 
 	*stop_out = KMG_RUN;
 	*iters_out = 0;
@@ -505,6 +601,17 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 			head = (head + 1) % 2;
 			inflight--;
 			stop = snap->stop;
+			if (verbose)
+			{
+				const double now = kmg_now();
+
+				fprintf(stderr, "kmg: batch of %d done, %.3f ms since the last, ctl iter %d stop %d\n",
+						batch_sz[slot], 1e3 * (now - vlast), snap->iter, stop);
+				for (int t = reported; t < snap->iter; t++)
+					fprintf(stderr, "kmg:   iter %d moved %d exact %d relocated %d stop %d\n", t + 1,
+							stats[t].moved, stats[t].ambiguous, stats[t].relocated, stats[t].stop);
+				vlast = now;
+			}
 
 			/*
 			 * Size later batches to about 50 ms of work: the queue is kept
@@ -559,6 +666,8 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 				kmg_ctl		c;
 
 				/* drain (queued iterations are no-ops now), re-seed, go on */
+				double		vt0 = kmg_now();
+
 				KMG_CK(cudaStreamSynchronize(f->s));
 				inflight = 0;
 				head = 0;
@@ -571,6 +680,12 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 				KMG_CK(cudaStreamSynchronize(f->s));
 				memcpy(&c, f->pin, sizeof(c));
 				stats = (const kmg_stat *) (f->pin + sizeof(kmg_ctl));
+				if (verbose)
+				{
+					fprintf(stderr, "kmg: re-seed of %d empty clusters after iteration %d: %.3f ms\n",
+							stats[c.iter > 0 ? c.iter - 1 : 0].relocated, c.iter, 1e3 * (kmg_now() - vt0));
+					vlast = kmg_now();
+				}
 				for (; reported < c.iter; reported++)
 				{
 					km_progress pr;
@@ -703,7 +818,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	kmg_make_shape(&f.sh, rows->n, rows->d, params->k, params->metric == KM_METRIC_COSINE, 1,
 				   !rows->in_place, params, 0, dev);
 	if (f.sh.plan.ok)
-		KMG_CK(kmg_direct_prepare(&f.sh.plan, dev->sms));
+		KMG_CK(kmg_fused_prepare(&f.sh.plan, dev->sms));
 	bytes = kmg_layout(&f.sh, NULL, NULL);
 	if ((st = kmg_alloc_arena(&f.arena, bytes, "the fit", err)) != KM_OK)
 		goto done;
@@ -738,6 +853,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 						 f.sh.cosine ? (float *) f.w.a.X : NULL, (float *) f.w.a.xnorm,
 						 f.w.sb.hashes, f.s));
 	KMG_CK(kmg_fill_int(f.w.iota, rows->n, 0, 1, f.s));
+	KMG_CK(kmg_rows_setup(&f.sh, &f.w, 1, f.s));
 	KMG_CK(cudaStreamSynchronize(f.s));
 	{
 		km_progress pr;
@@ -771,6 +887,8 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 		c.tol = params->tol;
 		KMG_CK(cudaMemcpyAsync(f.w.a.ctl, &c, sizeof(c), cudaMemcpyHostToDevice, f.s));
 		KMG_CK(cudaMemsetAsync(f.w.a.reloc, 0, (size_t) k * sizeof(int), f.s));
+		if (f.w.a.nfix != NULL)
+			KMG_CK(cudaMemsetAsync(f.w.a.nfix, 0, kmg_narrow_fix_bytes(k, rows->d), f.s));
 		KMG_CK(cudaMemsetAsync(f.w.a.stats, 0, (size_t) (params->max_iter + 1) * sizeof(kmg_stat), f.s));
 		if ((st = kmg_seed(&f, run, err)) != KM_OK)
 			goto done;
@@ -888,7 +1006,7 @@ kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k, km_metric m
 	kmg_make_shape(&sh, rows->n, rows->d, k, cosine, 0, !rows->in_place, NULL,
 				   partial != NULL, dev);
 	if (sh.plan.ok)
-		KMG_CK(kmg_direct_prepare(&sh.plan, dev->sms));
+		KMG_CK(kmg_fused_prepare(&sh.plan, dev->sms));
 	bytes = kmg_layout(&sh, NULL, NULL);
 	if ((st = kmg_alloc_arena(&arena, bytes, "the assignment", err)) != KM_OK)
 		goto done;
@@ -906,14 +1024,17 @@ kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k, km_metric m
 
 	/* centroids as given (exact costs use them as they are) */
 	KMG_CK(cudaMemsetAsync(w.a.C, 0, (size_t) sh.kp * sh.dp * sizeof(float), s));
+	if (w.a.Cf != w.a.C)
+		KMG_CK(cudaMemsetAsync(w.a.Cf, 0, (size_t) sh.kp * sh.dp * sizeof(float), s));
 	KMG_CK(cudaMemcpy2DAsync(w.a.C, (size_t) sh.dp * sizeof(float), centroids,
 							 (size_t) rows->d * sizeof(float), (size_t) rows->d * sizeof(float),
 							 k, cudaMemcpyHostToDevice, s));
 	KMG_CK(cudaMemsetAsync(w.a.ctl, 0, sizeof(kmg_ctl), s));
 	KMG_CK(cudaMemsetAsync(w.a.reloc, 0, (size_t) k * sizeof(int), s));
-	KMG_CK(kmg_finalize(&w.a, KMG_FIN_SETUP, s));
 	KMG_CK(kmg_prep_rows(rows->X, rows->W, rows->n, rows->d, rows->dp, cosine,
 						 cosine ? (float *) w.a.X : NULL, (float *) w.a.xnorm, NULL, s));
+	KMG_CK(kmg_rows_setup(&sh, &w, 0, s));
+	KMG_CK(kmg_finalize(&w.a, KMG_FIN_SETUP, s));
 	KMG_CK(kmg_enqueue_labels(&sh, &w, dev->sms, s));
 	KMG_CK(kmg_row_costs(&w.a, s));
 	if (labels != NULL)

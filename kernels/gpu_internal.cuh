@@ -4,8 +4,10 @@
  *
  * Layers, from the bottom:
  *	- kernel families, one per file (prep.cu, assign_direct.cu,
- *	  assign_exact.cu, update.cu, seed.cu): kernels and launchers that
- *	  return a cudaError_t and know nothing of km_error or hooks;
+ *	  assign_narrow.cu, assign_wide.cu, assign_exact.cu, update.cu, seed.cu;
+ *	  finalize_block.cuh for the iteration's end in one block): kernels and
+ *	  launchers that return a cudaError_t and know nothing of km_error or
+ *	  hooks;
  *	- gpu_dataset.cu: rows on the device (streaming upload);
  *	- gpu_fit.cu: the drivers (Lloyd with n_init, assign, map);
  *	- gpu_api.cu: the km_gpu_api table, lazy CUDA start, error mapping and
@@ -15,8 +17,9 @@
  * KM_FILTER_DPAD, zero padding), so that the GEMM filter, the fused small-k
  * kernel and the exact distance all read the same copy.  For l2 that copy is
  * the raw rows; for cosine a normalised copy (km_normalize_row).  Everything
- * that decides a result is computed in a fixed order: no floating-point
- * atomics anywhere, so a fit is bit-identical from run to run.
+ * that decides a result is computed in a fixed order or in exact integer
+ * arithmetic (128-bit fixed-point sums added with integer atomics): no
+ * floating-point atomics anywhere, so a fit is bit-identical from run to run.
  */
 #ifndef KM_GPU_INTERNAL_CUH
 #define KM_GPU_INTERNAL_CUH
@@ -28,6 +31,7 @@
 #include "kmeans_engine.h"
 #include "kmeans_gpu_cuda.h"
 #include "km_exact.h"
+#include "km_fixsum.h"
 #include "km_hash.h"
 #include "assign_gemm.cuh"
 
@@ -44,8 +48,12 @@
 /* k-means++ candidates per step: 2 + ln k < 24 for any int k. */
 #define KMG_PP_LMAX 24
 
-/* Columns of a per-cluster accumulator row: dp sums, then w, count, est. */
-#define KMG_CW(dp) ((dp) + 3)
+/*
+ * Columns of a per-cluster accumulator row: dp sums, then w, count, est (or
+ * cost), and one spare: the pieces of update.cu keep the order-free cost sum
+ * (km_fixsum.h) as two words in the last two.
+ */
+#define KMG_CW(dp) ((dp) + 4)
 
 /* Round x up to a multiple of m. */
 #define KMG_ROUND_UP(x, m) ((((x) + (m) - 1) / (m)) * (m))
@@ -80,9 +88,11 @@ typedef struct kmg_ctl
 	unsigned int ticket;		/* last-block detection of finalize */
 	int			ambiguous;		/* ambiguous rows of this iteration */
 	float		cmax;			/* max_j |c'_j| of the current centroids */
-	float		pad;
+	unsigned int ticket2;		/* last-block detection of the fused passes */
 	double		tol;
 	double		est;
+	int			npair;			/* rows settled between the filter's two best */
+	int			pad2;
 } kmg_ctl;
 
 /* Statistics of one finished iteration, read back between batches. */
@@ -92,7 +102,7 @@ typedef struct kmg_stat
 	double		inertia;		/* estimate: sum w (fbest + |x|^2) */
 	int			moved;
 	int			relocated;
-	int			ambiguous;
+	int			ambiguous;		/* rows settled exactly (pairs included) */
 	int			stop;
 } kmg_stat;
 
@@ -105,7 +115,8 @@ typedef struct kmg_args
 	/* rows */
 	const float *X;				/* n x dp: l2 raw rows, cosine normalised rows */
 	const float *W;				/* n weights, or NULL for 1 */
-	const float *xnorm;			/* n: |x| of the filter rows, float */
+	const float *xnorm;			/* n: |x'| of the filter rows, float */
+	const float *mu;			/* dp: l2 centring (x' = fl(x - mu)), or NULL */
 	int64_t		n;
 	int			d;
 	int			dp;
@@ -116,16 +127,19 @@ typedef struct kmg_args
 	int			k;
 	int			kp;				/* km_filter_kpad(k) */
 	float	   *C;				/* kp x dp: the centroids (exact costs use these) */
-	float	   *Cf;				/* kp x dp: filter copy (l2: == C; cosine: normalised) */
+	float	   *Cf;				/* kp x dp: filter copy (l2: == C, or fl(C - mu) when
+								 * centred; cosine: normalised) */
 	float	   *cn;				/* kp: |Cf_j|^2, +INF past k */
 	float	   *cnf;			/* k: |Cf_j| */
 	double	   *cnorm;			/* k: km_exact_norm(C_j) (cosine) */
 
 	/* per row */
 	int32_t    *labels;
-	int32_t    *best;			/* filter output */
+	int32_t    *best;			/* filter output (km_filter_top3) */
 	float	   *fbest;
 	float	   *fsecond;
+	int32_t    *second;
+	float	   *fthird;
 	double	   *cost;			/* exact cost to the label */
 	int32_t    *amb;			/* ambiguous rows (filter path) */
 	int32_t    *skeys;			/* labels, sorted */
@@ -140,10 +154,12 @@ typedef struct kmg_args
 	int			maxpieces;
 
 	/* exact settling of ambiguous rows in centroid chunks (assign_exact.cu) */
+	const float *fwork;			/* the filter's prepared operand (assign_gemm.cuh) */
+	int			fbn;			/* its centroids per tile = the chunk */
 	double	   *xcost;			/* xcap x xchunks */
 	int32_t    *xidx;
 	int			xcap;			/* ambiguous rows the chunked path takes */
-	int			xchunks;		/* ceil(k / KMG_XCHUNK) */
+	int			xchunks;		/* ceil(k / fbn) */
 
 	/* per cluster */
 	double	   *clus;			/* k x KMG_CW(dp): sum w x, w, count, est/cost */
@@ -153,9 +169,218 @@ typedef struct kmg_args
 	int		   *part_moved;		/* nblocks */
 	int			nblocks;
 
+	/* the wide fused pass: ambiguous rows per block, in row order */
+	int32_t    *wrow;			/* n: block b lists from its first row's slot */
+	uint32_t   *wmask;			/* n: candidate centroids of each listed row */
+	int		   *wcount;			/* nblocks */
+
+	/* the order-free inertia of the final pass (km_fixsum.h); UNSET: double sums */
+	int			ishift;
+
+	/*
+	 * The narrow pass adds its blocks' double partials as 128-bit fixed-point
+	 * integers (order-free): nfix holds (lo, hi) words for k x (d sums, w)
+	 * cells, then k counts (lo only); sshift / wshift scale the sums and the
+	 * weights (km_fix_scale of a bound on |sum w x| and on sum w).
+	 */
+	unsigned long long *nfix;
+	int			sshift;
+	int			wshift;
+
 	kmg_ctl    *ctl;
 	kmg_stat   *stats;			/* max_iter entries */
 } kmg_args;
+
+/*
+ * km_exact_cost over the padded row with 16-byte loads: the steps past d add
+ * (0 - 0)^2 or 0 * 0 to the running sum, which leaves every bit as it was
+ * (cosine: a -0 sum may turn +0, and 1 - 0 / |c| is 1 either way), so the
+ * result is km_exact_cost's exactly.  x, c: 16-byte aligned, dp % 4 == 0.
+ */
+__device__ __forceinline__ void
+kmg_exact_step(double &s, float x, float c, int cosine)
+{
+	if (cosine)
+		s = km_dadd(s, km_dmul((double) x, (double) c));
+	else
+	{
+		const double t = km_dadd((double) x, -(double) c);
+
+		s = km_dadd(s, km_dmul(t, t));
+	}
+}
+
+__device__ __forceinline__ double
+kmg_exact_finish(double s, double cnorm, int cosine)
+{
+	if (cosine)
+	{
+		const double cost = km_dadd(1.0, -km_ddiv(s, cnorm));
+
+		return cost > 0.0 ? cost : 0.0;
+	}
+	return s;
+}
+
+__device__ __forceinline__ double
+kmg_exact_cost4(const float *x, const float *c, double cnorm, int dp, int cosine)
+{
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const float4 *c4 = reinterpret_cast<const float4 *>(c);
+	double		s = 0.0;
+
+	for (int q = 0; q < dp / 4; q++)
+	{
+		const float4 xv = x4[q],
+					cv = c4[q];
+
+		kmg_exact_step(s, xv.x, cv.x, cosine);
+		kmg_exact_step(s, xv.y, cv.y, cosine);
+		kmg_exact_step(s, xv.z, cv.z, cosine);
+		kmg_exact_step(s, xv.w, cv.w, cosine);
+	}
+	return kmg_exact_finish(s, cnorm, cosine);
+}
+
+/* Two centroids at once: two independent chains, so their latencies overlap. */
+__device__ __forceinline__ void
+kmg_exact_cost4_pair(const float *x, const float *ca, const float *cb, double cna, double cnb,
+					 int dp, int cosine, double *ea, double *eb)
+{
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const float4 *a4 = reinterpret_cast<const float4 *>(ca);
+	const float4 *b4 = reinterpret_cast<const float4 *>(cb);
+	double		sa = 0.0,
+				sb = 0.0;
+
+	for (int q = 0; q < dp / 4; q++)
+	{
+		const float4 xv = x4[q],
+					av = a4[q],
+					bv = b4[q];
+
+		kmg_exact_step(sa, xv.x, av.x, cosine);
+		kmg_exact_step(sb, xv.x, bv.x, cosine);
+		kmg_exact_step(sa, xv.y, av.y, cosine);
+		kmg_exact_step(sb, xv.y, bv.y, cosine);
+		kmg_exact_step(sa, xv.z, av.z, cosine);
+		kmg_exact_step(sb, xv.z, bv.z, cosine);
+		kmg_exact_step(sa, xv.w, av.w, cosine);
+		kmg_exact_step(sb, xv.w, bv.w, cosine);
+	}
+	*ea = kmg_exact_finish(sa, cna, cosine);
+	*eb = kmg_exact_finish(sb, cnb, cosine);
+}
+
+/*
+ * The same chain with the loads of the next 4 x 16 bytes in flight while the
+ * current ones are summed (the chain is a run of dependent double adds; the
+ * loads are not, and in a plain loop each one would wait on its own load).
+ * x and c may be global or shared; q4 float4 steps.
+ */
+__device__ __forceinline__ double
+kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
+{
+	float4		xa[4],
+				ca[4],
+				xb[4],
+				cb[4];
+	double		s = 0.0;
+	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+	{
+		xa[u] = u < q4 ? x4[u] : z;
+		ca[u] = u < q4 ? c4[u] : z;
+	}
+	for (int q0 = 0; q0 < q4; q0 += 4)
+	{
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			const int	q = q0 + 4 + u;
+
+			xb[u] = q < q4 ? x4[q] : z;
+			cb[u] = q < q4 ? c4[q] : z;
+		}
+		/* zero padding past q4 leaves the sum as it is (see kmg_exact_step) */
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			kmg_exact_step(s, xa[u].x, ca[u].x, cosine);
+			kmg_exact_step(s, xa[u].y, ca[u].y, cosine);
+			kmg_exact_step(s, xa[u].z, ca[u].z, cosine);
+			kmg_exact_step(s, xa[u].w, ca[u].w, cosine);
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			xa[u] = xb[u];
+			ca[u] = cb[u];
+		}
+	}
+	return kmg_exact_finish(s, cnorm, cosine);
+}
+
+/*
+ * A double as a 128-bit two's-complement fixed-point integer (its magnitude
+ * times 2^shift, truncated, then the sign), added with two integer atomics
+ * (the carry of the low word into the high one is exact whatever the
+ * order), so sums of such terms do not depend on the order of the
+ * additions.  |v| 2^shift must stay below 2^124.  (The magnitude first:
+ * splitting a small negative t as h 2^64 + l would need 64 bits of l.)
+ */
+__device__ __forceinline__ void
+kmg_fix_atomic(unsigned long long *acc, double v, int shift)
+{
+	if (v == 0.0)
+		return;
+
+	const double t = floor(ldexp(fabs(v), shift));
+	const double h = floor(ldexp(t, -64));
+	const double l = t - ldexp(h, 64);	/* exact: t's low bits, in [0, 2^64) */
+	unsigned long long lo = (unsigned long long) l;
+	unsigned long long hi = (unsigned long long) h;
+
+	if (v < 0.0)
+	{
+		lo = ~lo + 1ull;
+		hi = ~hi + (lo == 0ull ? 1ull : 0ull);
+	}
+
+	const unsigned long long old = atomicAdd(&acc[0], lo);
+
+	atomicAdd(&acc[1], hi + (old + lo < lo ? 1ull : 0ull));
+}
+
+/* The double of such a sum (two roundings, the same bits every time). */
+__device__ __forceinline__ double
+kmg_fix_decode(unsigned long long lo, unsigned long long hi, int shift)
+{
+	int			neg = (long long) hi < 0;
+	double		v;
+
+	if (neg)
+	{
+		/* two's complement: the magnitude */
+		lo = ~lo + 1ull;
+		hi = ~hi + (lo == 0ull ? 1ull : 0ull);
+	}
+	v = ldexp((double) hi, 64) + (double) lo;
+	v = ldexp(v, -shift);
+	return neg ? -v : v;
+}
+
+/* Sum of an int over the block into *out with one atomic per warp (order-free). */
+__device__ __forceinline__ void
+kmg_block_add_int(int v, int *out)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if ((threadIdx.x & 31) == 0 && v != 0)
+		atomicAdd(out, v);
+}
 
 /* What a finalize launch does. */
 enum
@@ -176,14 +401,44 @@ enum
 cudaError_t kmg_prep_rows(const float *X, const float *W, int64_t n, int d, int dp,
 						  int cosine, float *Xout, float *xnorm, uint64_t *hashes,
 						  cudaStream_t stream);
+
+/*
+ * What a call learns about its rows once: the column sums (for mu), the sum
+ * of |x|^2, max w and max |x|^2 as the CPU engine computes it (km_cpu_sqnorm:
+ * eight float lanes), for the l2 centring decision and the inertia scale.
+ */
+typedef struct kmg_row_stats
+{
+	double		sqsum;			/* sum of |x|^2 (float per row, summed in double) */
+	float		xmax2;			/* max |x|^2 (float, CPU order) */
+	float		wmax;			/* max weight (1 without weights) */
+	float		xabsmax;		/* max |x_i| over every value */
+} kmg_row_stats;
+
+size_t		kmg_stats_bytes(int64_t n, int dp);
+cudaError_t kmg_row_stats_run(const float *X, const float *W, int64_t n, int d, int dp,
+							  int cosine, int colsums, void *work, double *colsum,
+							  kmg_row_stats *stats, cudaStream_t stream);
+cudaError_t kmg_centred_norms(const float *X, const float *mu, int64_t n, int d, int dp,
+							  float *xnorm, cudaStream_t stream);
 cudaError_t kmg_expand_rows(const float *src, int64_t rows, int d, int dp, float *dst,
 							cudaStream_t stream);
 cudaError_t kmg_fill_int(int32_t *p, int64_t n, int32_t v, int iota, cudaStream_t stream);
 
 /* ---- assign_direct.cu ---- */
+/* Which fused pass a plan runs. */
+enum
+{
+	KMG_PLAN_DIRECT = 0,		/* kmg_direct_kernel (assign_direct.cu) */
+	KMG_PLAN_NARROW = 1,		/* kmg_narrow_kernel: dp <= 32 (assign_narrow.cu) */
+	KMG_PLAN_WIDE = 2			/* kmg_wide_kernel: 128 < dp, small k (assign_wide.cu) */
+};
+
 typedef struct kmg_direct_plan
 {
 	int			ok;				/* the fused kernel can run this shape */
+	int			kind;			/* KMG_PLAN_* */
+	int			dp;
 	int			kb;				/* register tile: 4, 8, 16 or 32 centroids */
 	int			s;				/* lanes per row */
 	int			nstage;			/* cp.async stages */
@@ -198,6 +453,29 @@ cudaError_t kmg_direct_prepare(kmg_direct_plan *plan, int sms);
 cudaError_t kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
 							  cudaStream_t stream);
 cudaError_t kmg_reduce_partials(const kmg_args *a, cudaStream_t stream);
+
+/* ---- assign_narrow.cu: the fused pass for dp <= 32 ---- */
+kmg_direct_plan kmg_narrow_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin);
+size_t		kmg_narrow_fix_bytes(int k, int d);
+cudaError_t kmg_narrow_prepare(kmg_direct_plan *plan, int sms);
+cudaError_t kmg_narrow_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
+							  cudaStream_t stream);
+
+/* ---- assign_wide.cu: the fused pass for large dp and small k ---- */
+kmg_direct_plan kmg_wide_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin);
+cudaError_t kmg_wide_prepare(kmg_direct_plan *plan, int sms);
+cudaError_t kmg_wide_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
+							cudaStream_t stream);
+
+/* Any fused plan: the kind for a shape, its set-up and one pass. */
+kmg_direct_plan kmg_fused_make_plan(int64_t n, int d, int dp, int k, int mode, int sms,
+									size_t smem_optin);
+cudaError_t kmg_fused_prepare(kmg_direct_plan *plan, int sms);
+cudaError_t kmg_fused_pass(const kmg_args *a, const kmg_direct_plan *plan, int mode,
+						   cudaStream_t stream);
+
+/* Up to this k, one block finalizes an iteration (finalize_block.cuh). */
+#define KMG_FIN1_KMAX 64
 
 /* ---- assign_exact.cu ---- */
 cudaError_t kmg_classify(const kmg_args *a, int mode, cudaStream_t stream);

@@ -22,6 +22,7 @@
  * whole iteration, so the host only reads a few bytes per batch.
  */
 #include "gpu_internal.cuh"
+#include "finalize_block.cuh"
 
 #include <math.h>
 
@@ -190,18 +191,41 @@ kmg_pieces_kernel(kmg_args a)
 		*a.npieces = carry;
 }
 
+/* 128-bit integer (km_fix) sums across a warp: integer adds, any order. */
+__device__ __forceinline__ km_fix
+kmg_fix_warp_sum(km_fix f)
+{
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		km_fix		g;
+
+		g.hi = __shfl_xor_sync(0xffffffffu, f.hi, o);
+		g.lo = __shfl_xor_sync(0xffffffffu, f.lo, o);
+		km_fix_add(&f, g);
+	}
+	return f;
+}
+
 /*
  * One block per piece: sum of w x over its rows (when with_sums), sum of w,
  * count, and the last column: the filter's inertia estimate (iteration) or
- * sum w * exact cost (final pass).  Rows are taken in sorted (row) order;
- * G groups of threads take every G-th row, four rows' loads in flight at a
- * time, and the groups are added in order.
+ * sum w * exact cost (final pass; order-free km_fixsum.h words when a.ishift
+ * is set, as the CPU engine sums it).  The piece's rows and weights are
+ * staged in shared memory first, so the gathered row loads depend on
+ * nothing but shared memory; G groups of threads take every G-th row, eight
+ * rows' loads in flight at a time, and the groups are added in order.  The
+ * three extra columns are spread over all threads and reduced in a fixed
+ * tree (run 2 had one thread walk them row by row: 49 to 256 dependent
+ * gathered loads per piece, most of the segment's time).
  */
 __global__ void __launch_bounds__(KMG_SEG_NT)
 kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 {
 	__shared__ double sacc[KMG_SEG_NT * 4];
-	__shared__ double sext[KMG_SEG_NT][3];
+	__shared__ int srow[KMG_PIECE];
+	__shared__ float sw[KMG_PIECE];
+	__shared__ double sred[3][KMG_SEG_NT / 32];
+	__shared__ km_fix sfix[KMG_SEG_NT / 32];
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
 	const int	q4 = dp / 4;
@@ -210,6 +234,7 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 	const int	G = KMG_SEG_NT / tpg;
 	const int	gi = tid / tpg;
 	const int	ti = tid - gi * tpg;
+	const int	fix = mode == KMG_MODE_LABELS && a.ishift != KM_FIX_UNSET;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -218,98 +243,108 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 
 	const int4	t = a.ptab[blockIdx.x];
 	const int	lo = t.y,
-				hi = t.z;
+				m = t.z - t.y;	/* <= KMG_PIECE */
 	double	   *out = a.ppart + (size_t) blockIdx.x * cw;
 	double		ew = 0.0,
-				en = 0.0,
 				ee = 0.0;
+	int			en = 0;
+	km_fix		ef = {0, 0};
+	km_fixscale fs;
 
-	if (gi < G)
+	fs.shift = a.ishift;
+	for (int p = tid; p < m; p += KMG_SEG_NT)
 	{
-		if (ti == 0)
-			for (int p = lo + gi; p < hi; p += G)
-			{
-				const int	r = a.svals[p];
-				const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+		const int	r = a.svals[lo + p];
+		const float wf = a.W != NULL ? a.W[r] : 1.0f;
+		const double w = (double) wf;
 
-				ew += w;
-				en += 1.0;
-				if (mode == KMG_MODE_ITER)
-				{
-					const float xn = a.xnorm[r];
-					double		e = (double) a.fbest[r] + (double) (xn * xn);
+		srow[p] = r;
+		sw[p] = wf;
+		ew += w;
+		en++;
+		if (mode == KMG_MODE_ITER)
+		{
+			const float xn = a.xnorm[r];
+			double		e = (double) a.fbest[r] + (double) (xn * xn);
 
-					ee += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
-				}
-				else
-					ee += w * a.cost[r];
-			}
-		if (with_sums)
-			for (int q = ti; q < q4; q += tpg)
-			{
-				double		s0 = 0.0,
-							s1 = 0.0,
-							s2 = 0.0,
-							s3 = 0.0;
-				int			p = lo + gi;
-
-				/* four rows at a time: their loads overlap, the adds keep row order */
-				for (; p + 3 * G < hi; p += 4 * G)
-				{
-					int			r[4];
-					float4		x[4];
-					double		w[4];
-
-#pragma unroll
-					for (int u = 0; u < 4; u++)
-						r[u] = a.svals[p + u * G];
-#pragma unroll
-					for (int u = 0; u < 4; u++)
-					{
-						x[u] = reinterpret_cast<const float4 *>(a.X + (size_t) r[u] * dp)[q];
-						w[u] = a.W != NULL ? (double) a.W[r[u]] : 1.0;
-					}
-#pragma unroll
-					for (int u = 0; u < 4; u++)
-					{
-						s0 += w[u] * (double) x[u].x;
-						s1 += w[u] * (double) x[u].y;
-						s2 += w[u] * (double) x[u].z;
-						s3 += w[u] * (double) x[u].w;
-					}
-				}
-				for (; p < hi; p += G)
-				{
-					const int	r = a.svals[p];
-					const double w = a.W != NULL ? (double) a.W[r] : 1.0;
-					const float4 x = reinterpret_cast<const float4 *>(a.X + (size_t) r * dp)[q];
-
-					s0 += w * (double) x.x;
-					s1 += w * (double) x.y;
-					s2 += w * (double) x.z;
-					s3 += w * (double) x.w;
-				}
-				if (G == 1)
-				{
-					out[4 * q] = s0;
-					out[4 * q + 1] = s1;
-					out[4 * q + 2] = s2;
-					out[4 * q + 3] = s3;
-				}
-				else
-				{
-					sacc[(gi * tpg + ti) * 4] = s0;
-					sacc[(gi * tpg + ti) * 4 + 1] = s1;
-					sacc[(gi * tpg + ti) * 4 + 2] = s2;
-					sacc[(gi * tpg + ti) * 4 + 3] = s3;
-				}
-			}
+			ee += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
+		}
+		else if (fix)
+			km_fix_add(&ef, km_fix_term(w * a.cost[r], fs));
+		else
+			ee += w * a.cost[r];
 	}
-	if (ti == 0 && gi < G)
+	__syncthreads();
+
+	if (with_sums && gi < G)
+		for (int q = ti; q < q4; q += tpg)
+		{
+			double		s0 = 0.0,
+						s1 = 0.0,
+						s2 = 0.0,
+						s3 = 0.0;
+			int			p = gi;
+
+			/* eight rows at a time: their loads overlap, the adds keep row order */
+			for (; p + 7 * G < m; p += 8 * G)
+			{
+				float4		x[8];
+
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					x[u] = reinterpret_cast<const float4 *>(a.X + (size_t) srow[p + u * G] * dp)[q];
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+				{
+					const double w = (double) sw[p + u * G];
+
+					s0 += w * (double) x[u].x;
+					s1 += w * (double) x[u].y;
+					s2 += w * (double) x[u].z;
+					s3 += w * (double) x[u].w;
+				}
+			}
+			for (; p < m; p += G)
+			{
+				const double w = (double) sw[p];
+				const float4 x = reinterpret_cast<const float4 *>(a.X + (size_t) srow[p] * dp)[q];
+
+				s0 += w * (double) x.x;
+				s1 += w * (double) x.y;
+				s2 += w * (double) x.z;
+				s3 += w * (double) x.w;
+			}
+			if (G == 1)
+			{
+				out[4 * q] = s0;
+				out[4 * q + 1] = s1;
+				out[4 * q + 2] = s2;
+				out[4 * q + 3] = s3;
+			}
+			else
+			{
+				sacc[(gi * tpg + ti) * 4] = s0;
+				sacc[(gi * tpg + ti) * 4 + 1] = s1;
+				sacc[(gi * tpg + ti) * 4 + 2] = s2;
+				sacc[(gi * tpg + ti) * 4 + 3] = s3;
+			}
+		}
+
+	/* the extra columns: a fixed tree over the threads */
+	for (int o = 16; o > 0; o >>= 1)
 	{
-		sext[gi][0] = ew;
-		sext[gi][1] = en;
-		sext[gi][2] = ee;
+		ew += __shfl_xor_sync(0xffffffffu, ew, o);
+		ee += __shfl_xor_sync(0xffffffffu, ee, o);
+		en += __shfl_xor_sync(0xffffffffu, en, o);
+	}
+	if (fix)
+		ef = kmg_fix_warp_sum(ef);
+	if ((tid & 31) == 0)
+	{
+		sred[0][tid >> 5] = ew;
+		sred[1][tid >> 5] = (double) en;
+		sred[2][tid >> 5] = ee;
+		sfix[tid >> 5] = ef;
 	}
 	__syncthreads();
 
@@ -330,35 +365,52 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 			out[c] = 0.0;
 	if (tid == 0)
 	{
-		double		w = sext[0][0],
-					cnt = sext[0][1],
-					e = sext[0][2];
+		double		w = sred[0][0],
+					cnt = sred[1][0],
+					e = sred[2][0];
+		km_fix		f = sfix[0];
 
-		for (int g = 1; g < G; g++)
+		for (int wv = 1; wv < KMG_SEG_NT / 32; wv++)
 		{
-			w += sext[g][0];
-			cnt += sext[g][1];
-			e += sext[g][2];
+			w += sred[0][wv];
+			cnt += sred[1][wv];
+			e += sred[2][wv];
+			km_fix_add(&f, sfix[wv]);
 		}
 		out[dp] = w;
 		out[dp + 1] = cnt;
-		out[dp + 2] = e;
+		if (fix)
+		{
+			out[dp + 2] = __longlong_as_double((long long) f.lo);
+			out[dp + 3] = __longlong_as_double((long long) f.hi);
+		}
+		else
+		{
+			out[dp + 2] = e;
+			out[dp + 3] = 0.0;
+		}
 	}
 }
 
-/* Each cluster's pieces added in order into clus; clusters without weight counted. */
+/*
+ * Each cluster's pieces added in order into clus; clusters without weight
+ * counted.  The order-free cost words become the cost as km_fix_value
+ * gives it (the CPU engine's number); where it declines, the double sum in
+ * row order (the CPU engine's fallback, up to the order of its terms).
+ */
 __global__ void __launch_bounds__(KMG_SEG_NT)
 kmg_combine_kernel(kmg_args a, int mode)
 {
 	const int	j = blockIdx.x;
 	const int	cw = KMG_CW(a.dp);
+	const int	fix = mode == KMG_MODE_LABELS && a.ishift != KM_FIX_UNSET;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 
 	const int2	pc = a.pclus[j];
 
-	for (int c = threadIdx.x; c < cw; c += KMG_SEG_NT)
+	for (int c = threadIdx.x; c < (fix ? a.dp + 2 : cw); c += KMG_SEG_NT)
 	{
 		const double *p = a.ppart + (size_t) pc.x * cw + c;
 		double		s = p[0];
@@ -368,6 +420,49 @@ kmg_combine_kernel(kmg_args a, int mode)
 		a.clus[(size_t) j * cw + c] = s;
 		if (mode == KMG_MODE_ITER && c == a.dp && !(s > 0.0))
 			atomicAdd(&a.ctl->nempty, 1);
+	}
+	if (fix && threadIdx.x == 0)
+	{
+		const double *p = a.ppart + (size_t) pc.x * cw + a.dp;
+		km_fix		f = {0, 0};
+		km_fixscale fs;
+		double		cnt = 0.0,
+					v;
+
+		fs.shift = a.ishift;
+		for (int i = 0; i < pc.y; i++)
+		{
+			km_fix		g;
+
+			cnt += p[(size_t) i * cw + 1];
+			g.lo = (uint64_t) __double_as_longlong(p[(size_t) i * cw + 2]);
+			g.hi = (uint64_t) __double_as_longlong(p[(size_t) i * cw + 3]);
+			km_fix_add(&f, g);
+		}
+		if (!km_fix_value(f, fs, (int64_t) cnt, &v))
+		{
+			/*
+			 * Declined (terms far below the bound, or one past it): the
+			 * ordinary double sum, as the CPU engine keeps; the cluster's
+			 * rows in (sorted) row order, so still the same bits every run.
+			 * Rare: costs all zero (duplicates, k == n) or a broken bound.
+			 */
+			v = 0.0;
+			for (int i = 0; i < pc.y; i++)
+			{
+				const int4	t = a.ptab[pc.x + i];
+
+				for (int q = t.y; q < t.z; q++)
+				{
+					const int	r = a.svals[q];
+
+					/* one rounding each, no FMA: the CPU engine's arithmetic */
+					v = km_dadd(v, km_dmul(a.W != NULL ? (double) a.W[r] : 1.0, a.cost[r]));
+				}
+			}
+		}
+		a.clus[(size_t) j * cw + a.dp + 2] = v;
+		a.clus[(size_t) j * cw + a.dp + 3] = 0.0;
 	}
 }
 
@@ -519,6 +614,13 @@ kmg_finalize_kernel(kmg_args a, int mode)
 			}
 			__syncthreads();
 		}
+		else if (a.mu != NULL)
+		{
+			/* centred filter copy: c' = fl(c - mu), zeros past d */
+			for (int i = tid; i < d; i += KMG_FIN_NT)
+				cf[i] = c[i] - a.mu[i];
+			__syncthreads();
+		}
 		s = 0.0;
 		for (int i = tid; i < d; i += KMG_FIN_NT)
 			s += (double) cf[i] * (double) cf[i];
@@ -604,22 +706,43 @@ kmg_finalize_kernel(kmg_args a, int mode)
 			st->inertia = est;
 			st->moved = moved;
 			st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-			st->ambiguous = ctl->namb;
+			st->ambiguous = ctl->namb + ctl->npair;
 			st->stop = stop;
 			ctl->iter = t;
 			ctl->moved = 0;
 			ctl->nempty = 0;
 			ctl->namb = 0;
+			ctl->npair = 0;
 			ctl->relocated = 0;
 			ctl->stop = stop;
 		}
 	}
 }
 
+/* The same for small k in one block (finalize_block.cuh): no ticket, one launch. */
+__global__ void __launch_bounds__(256)
+kmg_finalize1_kernel(kmg_args a, int mode)
+{
+	int			moved = 0,
+				nempty = 0;
+
+	if (mode == KMG_FIN_ITER && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	if (mode != KMG_FIN_SETUP)
+	{
+		moved = *(volatile int *) &a.ctl->moved;
+		nempty = mode == KMG_FIN_ITER ? *(volatile int *) &a.ctl->nempty : 0;
+	}
+	kmg_finalize_block(a, mode, moved, nempty);
+}
+
 cudaError_t
 kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream)
 {
-	kmg_finalize_kernel<<<a->k, KMG_FIN_NT, 0, stream>>>(*a, mode);
+	if (a->k <= KMG_FIN1_KMAX)
+		kmg_finalize1_kernel<<<1, 256, 0, stream>>>(*a, mode);
+	else
+		kmg_finalize_kernel<<<a->k, KMG_FIN_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
 }
 

@@ -76,10 +76,14 @@ dmalloc(size_t b)
 	return p;
 }
 
-/* x: n x d host rows (already normalised for cosine), C: k x d. */
+/*
+ * x: n x d host rows (already normalised for cosine), C: k x d.  centre: l2
+ * centring of the fused passes (mu = the column means, as gpu_fit.cu sets
+ * it up), when the plan takes it.
+ */
 static void
 make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, int cosine,
-		   int want_direct)
+		   int want_direct, int centre = 0)
 {
 	cudaDeviceProp prop;
 	const int	dp = KMG_ROUND_UP(d, KM_FILTER_DPAD);
@@ -108,7 +112,7 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->k = k;
 	a->kp = kp;
 	a->C = (float *) dmalloc(sizeof(float) * kp * dp);
-	a->Cf = cosine ? (float *) dmalloc(sizeof(float) * kp * dp) : a->C;
+	a->Cf = cosine || centre ? (float *) dmalloc(sizeof(float) * kp * dp) : a->C;
 	CK(cudaMemcpy2D(a->C, dp * 4, C, d * 4, d * 4, k, cudaMemcpyHostToDevice));
 	a->cn = (float *) dmalloc(sizeof(float) * kp);
 	a->cnf = (float *) dmalloc(sizeof(float) * k);
@@ -117,6 +121,11 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->best = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->fbest = (float *) dmalloc(sizeof(float) * n);
 	a->fsecond = (float *) dmalloc(sizeof(float) * n);
+	a->second = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->fthird = (float *) dmalloc(sizeof(float) * n);
+	a->wrow = (int32_t *) dmalloc(sizeof(int32_t) * n);
+	a->wmask = (uint32_t *) dmalloc(sizeof(uint32_t) * n);
+	a->ishift = KM_FIX_UNSET;
 	a->cost = (double *) dmalloc(sizeof(double) * n);
 	a->amb = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->skeys = (int32_t *) dmalloc(sizeof(int32_t) * n);
@@ -129,7 +138,8 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->npieces = (int *) dmalloc(sizeof(int));
 	a->ppart = (double *) dmalloc(sizeof(double) * a->maxpieces * KMG_CW(dp));
 	a->xcap = kmg_exact_cap(n);
-	a->xchunks = (k + KMG_XCHUNK - 1) / KMG_XCHUNK;
+	a->fbn = km_filter_tile_cols(k);
+	a->xchunks = (k + a->fbn - 1) / a->fbn;
 	a->xcost = (double *) dmalloc(sizeof(double) * a->xcap * a->xchunks);
 	a->xidx = (int32_t *) dmalloc(sizeof(int32_t) * a->xcap * a->xchunks);
 	a->reloc = (int *) dmalloc(sizeof(int) * k);
@@ -140,25 +150,64 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	CK(kmg_fill_int(s->iota, n, 0, 1, 0));
 	CK(kmg_fill_int(a->labels, n, -1, 0, 0));
 	s->work = dmalloc(km_filter_work_bytes(kp, dp));
+	a->fwork = (const float *) s->work;
+	{
+		/* the narrow pass's order-free sums; weights up to 4 in the tests */
+		double		xabs = 0.0;
+
+		for (int64_t i = 0; i < n * d; i++)
+			xabs = std::max(xabs, (double) fabsf(x[i]));
+		a->sshift = km_fix_scale(4.0 * xabs * 1.01 + 1e-300, n).shift;
+		a->wshift = km_fix_scale(4.0 * 1.01, n).shift;
+		a->nfix = (unsigned long long *) dmalloc(kmg_narrow_fix_bytes(k, d));
+	}
 	s->temp_bytes = kmg_sort_temp_bytes(n, k);
 	s->temp = dmalloc(s->temp_bytes);
 	memset(&c, 0, sizeof(c));
 	c.max_iter = 1000000;
 	CK(cudaMemcpy(a->ctl, &c, sizeof(c), cudaMemcpyHostToDevice));
 	CK(kmg_prep_rows(s->X, NULL, n, d, dp, 0, NULL, (float *) a->xnorm, NULL, 0));
-	CK(kmg_finalize(a, KMG_FIN_SETUP, 0));
 	if (want_direct)
 	{
-		s->plan = kmg_direct_make_plan(n, d, dp, k, KMG_MODE_ITER, s->sms,
-									   prop.sharedMemPerBlockOptin);
+		s->plan = kmg_fused_make_plan(n, d, dp, k, KMG_MODE_ITER, s->sms,
+									  prop.sharedMemPerBlockOptin);
 		if (s->plan.ok)
 		{
-			CK(kmg_direct_prepare(&s->plan, s->sms));
-			a->part = (double *) dmalloc(sizeof(double) * s->plan.nblocks * k * KMG_CW(dp));
-			a->part_moved = (int *) dmalloc(sizeof(int) * s->plan.nblocks);
+			CK(kmg_fused_prepare(&s->plan, s->sms));
+			/* room for the run-2 kernel's grid too (bench compares the two) */
+			const int	nbmax = std::max(s->plan.nblocks, 4 * s->sms);
+
+			a->part = (double *) dmalloc(sizeof(double) * nbmax * k * KMG_CW(dp));
+			a->part_moved = (int *) dmalloc(sizeof(int) * nbmax);
+			a->wcount = (int *) dmalloc(sizeof(int) * s->plan.nblocks);
 			a->nblocks = s->plan.nblocks;
 		}
 	}
+	if (centre && !cosine && s->plan.ok &&
+		(s->plan.kind == KMG_PLAN_NARROW || s->plan.kind == KMG_PLAN_WIDE))
+	{
+		/* mu = the column means in double, rounded to float */
+		std::vector<float> mu(dp, 0.0f);
+
+		for (int i = 0; i < d; i++)
+		{
+			double		m = 0.0;
+
+			for (int64_t r = 0; r < n; r++)
+				m += x[(size_t) r * d + i];
+			mu[i] = (float) (m / (double) n);
+		}
+		a->mu = (float *) dmalloc(sizeof(float) * dp);
+		CK(cudaMemcpy((void *) a->mu, mu.data(), sizeof(float) * dp, cudaMemcpyHostToDevice));
+		CK(kmg_centred_norms(s->X, a->mu, n, d, dp, (float *) a->xnorm, 0));
+	}
+	if (!cosine && a->mu == NULL && a->Cf != a->C)
+	{
+		/* not centred: l2 filters the centroids themselves (as gpu_fit.cu) */
+		CK(cudaFree(a->Cf));
+		a->Cf = a->C;
+	}
+	CK(kmg_finalize(a, KMG_FIN_SETUP, 0));
 	CK(cudaDeviceSynchronize());
 }
 
@@ -169,7 +218,8 @@ free_setup(setup *s)
 	void	   *ps[] = {s->X, (void *) a->xnorm, a->C, a->cn, a->cnf, a->cnorm, a->labels, a->best,
 		a->fbest, a->fsecond, a->cost, a->amb, a->skeys, a->svals, a->clus, a->reloc,
 		a->empties, a->ctl, a->stats, s->iota, s->work, s->temp, a->part, a->part_moved,
-		a->bounds, a->pclus, a->ptab, a->npieces, a->ppart, a->xcost, a->xidx};
+		a->bounds, a->pclus, a->ptab, a->npieces, a->ppart, a->xcost, a->xidx, a->second,
+		a->fthird, a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
 
 	if (a->Cf != a->C)
 		CK(cudaFree(a->Cf));
@@ -189,13 +239,15 @@ gpu_labels(setup *s, int direct)
 	{
 		kmg_direct_plan p = s->plan;
 
-		CK(kmg_direct_assign(&a, &p, KMG_MODE_LABELS, 0));
+		CK(kmg_fused_pass(&a, &p, KMG_MODE_LABELS, 0));
 	}
 	else
 	{
 		CK(cudaMemset(&a.ctl->namb, 0, sizeof(int)));
+		CK(cudaMemset(&a.ctl->npair, 0, sizeof(int)));
 		CK(km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, s->work, 0));
-		CK(km_filter_top2(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.fsecond, 0));
+		CK(km_filter_top3(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.second,
+						  a.fsecond, a.fthird, 0));
 		CK(kmg_classify(&a, KMG_MODE_LABELS, 0));
 		CK(kmg_exact_refine(&a, KMG_MODE_LABELS, s->sms, 0));
 	}
@@ -217,11 +269,17 @@ validate_labels(void)
 					cosine,
 					direct;
 		float		offset;
+		int			centre;
 	}			cs[] = {
-		{20000, 8, 16, 0, 1, 100.0f}, {20000, 8, 16, 1, 1, 0.0f}, {5000, 784, 10, 0, 1, 50.0f},
-		{5000, 35, 24, 0, 1, 0.0f}, {20000, 3, 5, 0, 1, 1000.0f}, {20000, 64, 32, 1, 1, 0.0f},
-		{20000, 8, 16, 0, 0, 100.0f}, {10000, 256, 300, 0, 0, 30.0f}, {4000, 408, 1000, 1, 0, 0.0f},
-		{3000, 17, 3000, 0, 0, 5.0f}, {100000, 8, 40, 0, 0, 100.0f}, {20000, 100, 20, 0, 1, 20.0f},
+		{20000, 8, 16, 0, 1, 100.0f, 0}, {20000, 8, 16, 1, 1, 0.0f, 0}, {5000, 784, 10, 0, 1, 50.0f, 0},
+		{5000, 35, 24, 0, 1, 0.0f, 0}, {20000, 3, 5, 0, 1, 1000.0f, 0}, {20000, 64, 32, 1, 1, 0.0f, 0},
+		{20000, 8, 16, 0, 0, 100.0f, 0}, {10000, 256, 300, 0, 0, 30.0f, 0}, {4000, 408, 1000, 1, 0, 0.0f, 0},
+		{3000, 17, 3000, 0, 0, 5.0f, 0}, {100000, 8, 40, 0, 0, 100.0f, 0}, {20000, 100, 20, 0, 1, 20.0f, 0},
+		/* the fused passes of this round: narrow (dp <= 32) and wide, centred or not */
+		{20000, 8, 16, 0, 1, 100.0f, 1}, {20000, 3, 5, 0, 1, 1000.0f, 1}, {8000, 24, 32, 0, 1, 5.0f, 1},
+		{8000, 32, 20, 1, 1, 0.0f, 0}, {30000, 13, 7, 0, 1, 0.0f, 0},
+		{5000, 784, 10, 0, 1, 50.0f, 1}, {6000, 784, 16, 1, 1, 0.0f, 0}, {7000, 200, 3, 0, 1, 10.0f, 1},
+		{3000, 1000, 12, 0, 1, 0.0f, 0}, {4000, 784, 10, 0, 1, 0.0f, 1},
 	};
 
 	for (size_t t = 0; t < sizeof(cs) / sizeof(cs[0]); t++)
@@ -248,7 +306,7 @@ validate_labels(void)
 				C[j * d + i] = (j % 5 == 4) ? C[(j - 1) * d + i]
 					: x[(size_t) ((j * 131) % n) * d + i] + 0.01f * urand(&sd);
 		xf = ref_rows(x, n, d, cs[t].cosine);
-		make_setup(&s, xf, n, d, C, k, cs[t].cosine, cs[t].direct);
+		make_setup(&s, xf, n, d, C, k, cs[t].cosine, cs[t].direct, cs[t].centre);
 		if (cs[t].direct && !s.plan.ok)
 		{
 			printf("FAIL labels case %zu: direct plan refused\n", t);
@@ -259,12 +317,31 @@ validate_labels(void)
 		gpu_labels(&s, cs[t].direct);
 		CK(cudaMemcpy(gl, s.a.labels, sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
 		CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
+		if (cs[t].direct && s.plan.kind == KMG_PLAN_WIDE)
+		{
+			std::vector<int> wc(s.plan.nblocks);
+
+			CK(cudaMemcpy(wc.data(), s.a.wcount, sizeof(int) * s.plan.nblocks, cudaMemcpyDeviceToHost));
+			namb = 0;
+			for (int v : wc)
+				namb += v;
+		}
+		else if (!cs[t].direct)
+		{
+			int			npair = 0;
+
+			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
+			printf("     (filter: %d rows settled between the two best)\n", npair);
+		}
 		ref_assign(xf, n, d, C, k, cs[t].cosine, rl, NULL);
 		for (int64_t r = 0; r < n; r++)
 			diff += gl[r] != rl[r];
-		printf("%s labels %-6s n=%lld d=%d k=%d %s offset %g: %lld differ (ambiguous listed: %d)\n",
-			   diff == 0 ? "ok  " : "FAIL", cs[t].direct ? "direct" : "filter", (long long) n, d, k,
-			   cs[t].cosine ? "cos" : "l2", cs[t].offset, (long long) diff, namb);
+		printf("%s labels %-6s n=%lld d=%d k=%d %s offset %g%s: %lld differ (ambiguous listed: %d)\n",
+			   diff == 0 ? "ok  " : "FAIL",
+			   !cs[t].direct ? "filter" : s.plan.kind == KMG_PLAN_NARROW ? "narrow" :
+			   s.plan.kind == KMG_PLAN_WIDE ? "wide" : "direct", (long long) n, d, k,
+			   cs[t].cosine ? "cos" : "l2", cs[t].offset, s.a.mu != NULL ? " centred" : "",
+			   (long long) diff, namb);
 		failures += diff != 0;
 		free_setup(&s);
 		free(x);
@@ -275,7 +352,13 @@ validate_labels(void)
 	}
 }
 
-/* Sums per cluster: the sort + segment path and the fused path against a C loop. */
+/*
+ * Sums per cluster: the sort + segment path and the fused passes (direct,
+ * narrow, wide) against a C loop; weights too.  The sorted path also sums
+ * the exact costs order-free (km_fixsum.h) in the final-pass mode: that
+ * column must equal, bit for bit, the CPU engine's way (km_fix_term of each
+ * w * cost, km_fix_value).
+ */
 static void
 validate_sums(void)
 {
@@ -284,38 +367,58 @@ validate_sums(void)
 		int			direct;
 		int64_t		n;
 		int			d,
-					k;
-	}			cfg[] = {{0, 50000, 40, 300}, {1, 50000, 12, 20}, {0, 200000, 16, 40}, {1, 30000, 100, 10}};
+					k,
+					weighted;
+		float		offset;
+	}			cfg[] = {
+		{0, 50000, 40, 300, 0, 0.0f}, {1, 50000, 12, 20, 0, 0.0f}, {0, 200000, 16, 40, 0, 0.0f},
+		{1, 30000, 100, 10, 0, 0.0f}, {1, 100000, 8, 16, 1, 3.0f}, {1, 40000, 32, 32, 1, 0.0f},
+		{1, 20000, 784, 10, 0, 2.0f}, {1, 9000, 300, 16, 1, 0.0f}, {1, 5000, 5, 3, 0, 0.0f},
+		{0, 30000, 256, 1000, 1, 0.0f},
+	};
 
-	for (int t = 0; t < 4; t++)
+	for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++)
 	{
 		const int	direct = cfg[t].direct;
 		const int64_t n = cfg[t].n;
 		const int	d = cfg[t].d,
 					k = cfg[t].k;
 		const int	dp = KMG_ROUND_UP(d, 8);
+		const int	cw = KMG_CW(dp);
 		float	   *x = (float *) malloc(sizeof(float) * n * d);
 		float	   *C = (float *) malloc(sizeof(float) * k * d);
+		float	   *w = (float *) malloc(sizeof(float) * n);
 		int32_t    *lab = (int32_t *) malloc(sizeof(int32_t) * n);
-		double	   *cl = (double *) malloc(sizeof(double) * k * KMG_CW(dp));
+		double	   *cl = (double *) malloc(sizeof(double) * k * cw);
 		double	   *rs = (double *) calloc((size_t) k * d, sizeof(double));
 		double	   *rn = (double *) calloc(k, sizeof(double));
-		uint64_t	sd = 77;
+		double	   *rw = (double *) calloc(k, sizeof(double));
+		uint64_t	sd = 77 + t;
 		setup		s;
 		double		maxrel = 0;
 		int64_t		cdiff = 0;
+		float	   *dW = NULL;
+		const char *kind = "sorted";
 
 		for (int64_t i = 0; i < n * d; i++)
-			x[i] = urand(&sd) * 4 - 2;
+			x[i] = urand(&sd) * 4 - 2 + cfg[t].offset;
+		for (int64_t i = 0; i < n; i++)
+			w[i] = (i % 17 == 5) ? 0.0f : 0.25f + 2.0f * urand(&sd);
 		for (int j = 0; j < k; j++)
 			memcpy(C + j * d, x + (size_t) j * 17 * d, sizeof(float) * d);
-		make_setup(&s, x, n, d, C, k, 0, direct);
+		make_setup(&s, x, n, d, C, k, 0, direct, cfg[t].offset > 0.0f);
+		if (cfg[t].weighted)
+		{
+			dW = (float *) dmalloc(sizeof(float) * n);
+			CK(cudaMemcpy(dW, w, sizeof(float) * n, cudaMemcpyHostToDevice));
+			s.a.W = dW;
+		}
 		if (direct)
 		{
 			kmg_direct_plan p = s.plan;
 
-			CK(kmg_direct_assign(&s.a, &p, KMG_MODE_ITER, 0));
-			CK(kmg_reduce_partials(&s.a, 0));
+			kind = p.kind == KMG_PLAN_NARROW ? "narrow" : p.kind == KMG_PLAN_WIDE ? "wide" : "direct";
+			CK(kmg_fused_pass(&s.a, &p, KMG_MODE_ITER, 0));
 		}
 		else
 		{
@@ -330,31 +433,94 @@ validate_sums(void)
 		}
 		CK(cudaDeviceSynchronize());
 		CK(cudaMemcpy(lab, s.a.labels, sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(cl, s.a.clus, sizeof(double) * k * KMG_CW(dp), cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(cl, s.a.clus, sizeof(double) * k * cw, cudaMemcpyDeviceToHost));
 		for (int64_t r = 0; r < n; r++)
 		{
+			const double wr = cfg[t].weighted ? (double) w[r] : 1.0;
+
 			rn[lab[r]] += 1;
+			rw[lab[r]] += wr;
 			for (int i = 0; i < d; i++)
-				rs[lab[r] * d + i] += x[r * d + i];
+				rs[lab[r] * d + i] += wr * x[r * d + i];
 		}
 		for (int j = 0; j < k; j++)
 		{
-			cdiff += cl[j * KMG_CW(dp) + dp + 1] != rn[j] || cl[j * KMG_CW(dp) + dp] != rn[j];
+			cdiff += cl[j * cw + dp + 1] != rn[j];
+			maxrel = std::max(maxrel, fabs(cl[j * cw + dp] - rw[j]) / (fabs(rw[j]) + 1e-9));
 			for (int i = 0; i < d; i++)
-				maxrel = std::max(maxrel, fabs(cl[j * KMG_CW(dp) + i] - rs[j * d + i]) /
+				maxrel = std::max(maxrel, fabs(cl[j * cw + i] - rs[j * d + i]) /
 								  (fabs(rs[j * d + i]) + 1e-9));
 		}
-		printf("%s sums %-6s n=%lld d=%d k=%d: counts/weights differ %lld, max rel %.2e\n",
-			   cdiff == 0 && maxrel < 1e-12 ? "ok  " : "FAIL", direct ? "direct" : "sorted",
-			   (long long) n, d, k, (long long) cdiff, maxrel);
+		printf("%s sums %-6s n=%lld d=%d k=%d%s%s: counts differ %lld, max rel %.2e\n",
+			   cdiff == 0 && maxrel < 1e-12 ? "ok  " : "FAIL", kind, (long long) n, d, k,
+			   cfg[t].weighted ? " weighted" : "", s.a.mu != NULL ? " centred" : "",
+			   (long long) cdiff, maxrel);
 		failures += !(cdiff == 0 && maxrel < 1e-12);
+
+		if (!direct)
+		{
+			/* the final pass's order-free inertia against the CPU engine's way */
+			kmg_args	a = s.a;
+			std::vector<double> cost(n);
+			std::vector<km_fix> fx(k, km_fix{0, 0});
+			std::vector<int64_t> cnt(k, 0);
+			double		xmax2 = 0.0;
+			km_fixscale fs;
+			int64_t		bad = 0;
+
+			for (int64_t r = 0; r < n; r++)
+			{
+				double		s2 = 0.0;
+
+				for (int i = 0; i < d; i++)
+					s2 += (double) x[r * d + i] * x[r * d + i];
+				xmax2 = std::max(xmax2, s2);
+			}
+			fs = km_fix_scale((cfg[t].weighted ? 2.25 : 1.0) * 4.0 * xmax2 * 1.01, n);
+
+			a.lloyd = 0;
+			a.ishift = fs.shift;
+			CK(kmg_row_costs(&a, 0));
+			CK(kmg_segment(&a, KMG_MODE_LABELS, 0, 0));
+			CK(cudaDeviceSynchronize());
+			CK(cudaMemcpy(cost.data(), a.cost, sizeof(double) * n, cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(cl, a.clus, sizeof(double) * k * cw, cudaMemcpyDeviceToHost));
+			std::vector<double> dsum(k, 0.0);
+
+			for (int64_t r = 0; r < n; r++)
+			{
+				const float wf = cfg[t].weighted ? w[r] : 1.0f;
+
+				km_fix_add(&fx[lab[r]], km_fix_term((double) wf * cost[r], fs));
+				dsum[lab[r]] += (double) wf * cost[r];	/* row order: the fallback */
+				cnt[lab[r]]++;
+			}
+			for (int j = 0; j < k; j++)
+			{
+				double		v = 0.0;
+
+				if (!km_fix_value(fx[j], fs, cnt[j], &v))
+					v = dsum[j];
+				bad += memcmp(&v, &cl[j * cw + dp + 2], sizeof(double)) != 0;
+			}
+			printf("%s order-free inertia (final pass) n=%lld k=%d: %lld clusters differ from km_fix\n",
+				   bad == 0 ? "ok  " : "FAIL", (long long) n, k, (long long) bad);
+			failures += bad != 0;
+		}
+		if (dW != NULL)
+		{
+			s.a.W = NULL;
+			CK(cudaFree(dW));
+		}
 		free_setup(&s);
 		free(x);
 		free(C);
+		free(w);
 		free(lab);
 		free(cl);
 		free(rs);
 		free(rn);
+		free(rw);
 	}
 }
 
@@ -376,11 +542,24 @@ st_top2(setup *s)
 }
 
 static cudaError_t
+st_top3(setup *s)
+{
+	return km_filter_top3(s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best, s->a.fbest,
+						  s->a.second, s->a.fsecond, s->a.fthird, 0);
+}
+
+/* as the engine runs it: after km_filter_top2, no pair settling */
+static cudaError_t
 st_classify(setup *s)
 {
+	kmg_args	a = s->a;
 	cudaError_t e = cudaMemset(&s->a.ctl->namb, 0, sizeof(int));
 
-	return e != cudaSuccess ? e : kmg_classify(&s->a, KMG_MODE_ITER, 0);
+	a.second = NULL;
+	a.fthird = NULL;
+	if (e == cudaSuccess)
+		e = cudaMemset(&s->a.ctl->npair, 0, sizeof(int));
+	return e != cudaSuccess ? e : kmg_classify(&a, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
@@ -407,18 +586,45 @@ st_finalize(setup *s)
 	return kmg_finalize(&s->a, KMG_FIN_SETUP, 0);
 }
 
+/* a whole iteration (finalize included); lloyd = 0: a settled run still runs */
 static cudaError_t
 st_direct(setup *s)
 {
 	kmg_direct_plan p = s->plan;
+	kmg_args	a = s->a;
 
-	return kmg_direct_assign(&s->a, &p, KMG_MODE_ITER, 0);
+	a.lloyd = 0;
+	return kmg_fused_pass(&a, &p, KMG_MODE_ITER, 0);
+}
+
+static cudaError_t
+st_direct_old(setup *s)
+{
+	kmg_direct_plan p = s->plan;
+	kmg_args	a = s->a;
+
+	a.lloyd = 0;
+	return kmg_direct_assign(&a, &p, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
 st_reduce(setup *s)
 {
-	return kmg_reduce_partials(&s->a, 0);
+	kmg_args	a = s->a;
+
+	a.lloyd = 0;
+	return kmg_reduce_partials(&a, 0);
+}
+
+/* the labels-only pass (final pass, assign) */
+static cudaError_t
+st_fused_labels(setup *s)
+{
+	kmg_direct_plan p = s->plan;
+	kmg_args	a = s->a;
+
+	a.lloyd = 0;
+	return kmg_fused_pass(&a, &p, KMG_MODE_LABELS, 0);
 }
 
 static double
@@ -516,32 +722,56 @@ bench(void)
 			   xbytes / 1e6, xbytes / 4.3e12 * 1e6);
 		if (s.plan.ok)
 		{
+			const char *kind = s.plan.kind == KMG_PLAN_NARROW ? "narrow" :
+				s.plan.kind == KMG_PLAN_WIDE ? "wide" : "direct";
 			double		a = time_step(&s, st_direct),
-						b = time_step(&s, st_reduce),
-						c = time_step(&s, st_finalize);
+						c = time_step(&s, st_finalize),
+						it = time_step(&s, st_fused_labels);
 
-			printf("  fused pass %.1f (%.2f TB/s)  reduce %.1f  finalize %.1f  (plan: kb %d s %d stages %d groups %d smem %zu grid %d)\n",
-				   a, xbytes / a / 1e6, b, c, s.plan.kb, s.plan.s, s.plan.nstage, s.plan.groups,
-				   s.plan.smem, s.plan.nblocks);
+			printf("  fused iteration (%s: pass, reduce, finalize) %.1f (%.2f TB/s)  labels-only pass %.1f  finalize alone %.1f  (plan: kb %d s %d smem %zu grid %d)\n",
+				   kind, a, xbytes / a / 1e6, it, c, s.plan.kb, s.plan.s, s.plan.smem, s.plan.nblocks);
+			if (s.plan.kind != KMG_PLAN_DIRECT)
+			{
+				/* the run-2 kernel on the same shape, for comparison */
+				kmg_direct_plan keep = s.plan;
+				cudaDeviceProp prop;
+
+				CK(cudaGetDeviceProperties(&prop, 0));
+				s.plan = kmg_direct_make_plan(n, d, KMG_ROUND_UP(d, 8), k, KMG_MODE_ITER, s.sms,
+											  prop.sharedMemPerBlockOptin);
+				if (s.plan.ok)
+				{
+					CK(kmg_direct_prepare(&s.plan, s.sms));
+					s.a.nblocks = s.plan.nblocks;
+					printf("  run-2 kmg_direct_kernel: pass %.1f  reduce %.1f\n",
+						   time_step(&s, st_direct_old), time_step(&s, st_reduce));
+					s.a.nblocks = keep.nblocks;
+				}
+				s.plan = keep;
+			}
 		}
 		/* the filter path on every shape (the small ones only for reference) */
 		{
 			double		tp = time_step(&s, st_prepare),
-						tt = time_step(&s, st_top2),
+						t3 = time_step(&s, st_top3),
+						tt = time_step(&s, st_top2),	/* last: classify reads its output */
 						tc = time_step(&s, st_classify),
 						tx,
 						ts,
 						tg,
 						tf;
+			int			npair = 0;
 
 			CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
 			tx = time_step(&s, st_exact);
 			ts = time_step(&s, st_sort);
 			tg = time_step(&s, st_segment);
 			tf = time_step(&s, st_finalize);
-			printf("  filter path: prepare %.1f  top2 %.1f  classify %.1f  exact %.1f (%d ambiguous rows, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
-				   tp, tt, tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
+			printf("  filter path: prepare %.1f  top2 %.1f  (top3 %.1f, +%.1f%%)  classify %.1f  exact %.1f (%d listed, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
+				   tp, tt, t3, 100.0 * (t3 / tt - 1.0), tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
 				   tp + tc + tx + ts + tg + tf, 100.0 * (tp + tc + tx + ts + tg + tf) / tt);
+			(void) npair;
 		}
 		fflush(stdout);
 		free_setup(&s);

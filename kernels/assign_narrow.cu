@@ -1,0 +1,743 @@
+/*
+ * assign_narrow.cu
+ *	  The fused Lloyd pass for narrow rows (dp <= 32) and k <= 32: one read
+ *	  of the rows does the float32 filter, the exact settling of close calls,
+ *	  the label and moved count and the per-block M-step sums; the last block
+ *	  to finish adds the blocks' partials in block order into the cluster
+ *	  sums, so an iteration is this kernel and kmg_finalize.
+ *
+ * Plain C reference: km_ref_assign / the sums of km_ref_lloyd
+ * (kernels/bench/ref_kmeans.c); bench_kernels.cu checks labels and sums
+ * against it, bench_engine.cu whole fits.
+ *
+ * Why it is fast.  1M x 8 rows with k = 16 is 32 MB a pass (7.5 us at
+ * 4.3 TB/s), so everything is arranged around reading the rows once, and an
+ * iteration is one launch:
+ *	- every block owns a contiguous range of rows, cut into tiles of
+ *	  256 x R rows; a thread holds its R rows in registers (16-byte loads,
+ *	  coalesced across the warp), and the next tile's loads are issued before
+ *	  the current tile's sums, so HBM never waits for the arithmetic;
+ *	- the centroids (times -2, centred when l2 is centred) sit in shared
+ *	  memory and are read as broadcasts; each row keeps a running best and
+ *	  second (no k-wide arrays in registers);
+ *	- rows within the slack are settled in the thread, among the centroids
+ *	  the filter cannot rule out (d <= 32: short chains);
+ *	- the sums: the tile's rows are listed by (label, row) (a bit per row in
+ *	  its label's word, a warp scan per label, a scan over the labels), and
+ *	  every (cluster, column) cell of the block belongs to one thread, which
+ *	  adds its cluster's rows in row order into a double register, four
+ *	  rows' loads in flight: no floating-point atomics, a fixed order;
+ *	- each block adds its partial (k (d + 1) doubles, k counts) to 128-bit
+ *	  fixed-point accumulators with integer atomics (kmg_fix_atomic: the
+ *	  total does not depend on the order), its estimate to a slot of its
+ *	  own; the last block (ticket after a fence) turns them into the cluster
+ *	  sums, clears them for the next pass, and ends the iteration
+ *	  (finalize_block.cuh), so nothing else runs between two passes.
+ */
+#include "gpu_internal.cuh"
+#include "finalize_block.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#define KMG_NARROW_NT 256
+
+/* Shared memory of one block (bytes from the start). */
+typedef struct kmg_narrow_layout
+{
+	size_t		c2;				/* KB x DP floats: -2 c' (filter copy) */
+	size_t		cr;				/* KB x DP floats: the centroids (exact costs) */
+	size_t		cn;				/* KB floats: |c'|^2, +INF past k */
+	size_t		cnorm;			/* KB doubles (cosine) */
+	size_t		xs;				/* TR x DP floats: the tile's rows */
+	size_t		mask;			/* TR / 32 x KB words */
+	size_t		pre;			/* TR / 32 x KB ints: rows of the label in earlier groups */
+	size_t		list;			/* TR ints: the tile's rows by (label, row) */
+	size_t		w;				/* TR floats */
+	size_t		red;			/* 64 doubles + 32 ints */
+	size_t		total;
+} kmg_narrow_layout;
+
+static __host__ __device__ kmg_narrow_layout
+kmg_narrow_layout_of(int DP, int KB, int R)
+{
+	kmg_narrow_layout L;
+	const size_t TR = (size_t) KMG_NARROW_NT * R;
+	size_t		o = 0;
+
+	L.c2 = o;
+	o += (size_t) KB * DP * sizeof(float);
+	L.cr = o;
+	o += (size_t) KB * DP * sizeof(float);
+	L.cn = o;
+	o += (size_t) KB * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.cnorm = o;
+	o += (size_t) KB * sizeof(double);
+	L.xs = o;
+	o += TR * DP * sizeof(float);
+	L.mask = o;
+	o += TR / 32 * KB * sizeof(uint32_t);
+	L.pre = o;
+	o += TR / 32 * KB * sizeof(int);
+	L.list = o;
+	o += TR * sizeof(int);
+	L.w = o;
+	o += TR * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.red = o;
+	o += 64 * sizeof(double) + 32 * sizeof(int);
+	L.total = KMG_ROUND_UP(o, 16);
+	return L;
+}
+
+/*
+ * Rows per thread for a padded width: 32 floats of rows in registers, two
+ * blocks an SM (128 registers a thread; three blocks would leave 80, and
+ * every instance then spills 76 to 600 bytes).
+ */
+static __host__ __device__ constexpr int
+kmg_narrow_rows(int DP)
+{
+	return DP <= 8 ? 4 : DP <= 16 ? 2 : 1;
+}
+
+#define KMG_NARROW_BPS 2		/* blocks per SM */
+
+/* Words of the fixed-point accumulators: k x (d + 1) cells x 2, then k counts. */
+static __host__ __device__ int
+kmg_narrow_fixwords(int k, int d)
+{
+	return 2 * k * (d + 1) + k;
+}
+
+/*
+ * One pass (see the file header).  DP: padded width (8..32), KB: centroids
+ * of the unrolled loop (>= k), R: rows per thread.
+ */
+template <int DP, int KB, int R>
+__global__ void __launch_bounds__(KMG_NARROW_NT, KMG_NARROW_BPS)
+kmg_narrow_kernel(kmg_args a, int mode)
+{
+	extern __shared__ __align__(16) unsigned char kmg_nsmem[];
+	constexpr int NT = KMG_NARROW_NT;
+	constexpr int TR = NT * R;
+	constexpr int NW = NT / 32;
+	constexpr int CPT = (KB * (DP + 1) + NT - 1) / NT;	/* cells per thread */
+	const kmg_narrow_layout L = kmg_narrow_layout_of(DP, KB, R);
+	float	   *sC2 = (float *) (kmg_nsmem + L.c2);
+	float	   *sCr = (float *) (kmg_nsmem + L.cr);
+	float	   *scn = (float *) (kmg_nsmem + L.cn);
+	double	   *scnorm = (double *) (kmg_nsmem + L.cnorm);
+	float	   *xs = (float *) (kmg_nsmem + L.xs);
+	uint32_t   *smask = (uint32_t *) (kmg_nsmem + L.mask);
+	int		   *spre = (int *) (kmg_nsmem + L.pre);
+	int		   *slist = (int *) (kmg_nsmem + L.list);
+	float	   *sw = (float *) (kmg_nsmem + L.w);
+	double	   *sred = (double *) (kmg_nsmem + L.red);
+	int		   *sredi = (int *) (sred + 64);
+	__shared__ int s_last,
+				s_count[32],
+				s_start[33];
+	constexpr int NG = TR / 32;	/* groups of 32 rows; <= 32 */
+	static_assert(NG <= 32, "a group count fits a warp scan");
+
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	const int	d = a.d;
+	const int	k = a.k;
+	const int	iter = mode == KMG_MODE_ITER;
+	const int	cosine = a.cosine;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int64_t n = a.n;
+	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
+	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
+
+	/* centroids: rows past k are zeros with +INF norm, never chosen */
+	for (int e = tid; e < KB * DP; e += NT)
+	{
+		const int	j = e / DP;
+
+		sC2[e] = j < k ? -2.0f * a.Cf[(size_t) j * a.dp + e % DP] : 0.0f;
+		sCr[e] = j < k ? a.C[(size_t) j * a.dp + e % DP] : 0.0f;
+	}
+	for (int j = tid; j < KB; j += NT)
+	{
+		scn[j] = j < k ? a.cn[j] : INFINITY;
+		scnorm[j] = (j < k && cosine) ? a.cnorm[j] : 1.0;
+	}
+
+	/* cells of the sums: (cluster j, column c), c == d is the weight */
+	const int	ncol = d + 1;
+	const int	ncell = k * ncol;
+	double		acc[CPT];
+	int			cnt[CPT];
+
+#pragma unroll
+	for (int u = 0; u < CPT; u++)
+	{
+		acc[u] = 0.0;
+		cnt[u] = 0;
+	}
+
+	double		est = 0.0;
+	int			moved = 0,
+				nexact = 0;
+
+	/* the rows of a tile, in registers: row = base + r * NT + tid */
+	float4		xr[R][DP / 4];
+	int			old[R];
+	float		wr[R];
+
+	auto load = [&](int64_t base) {
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			const int64_t row = base + (int64_t) r * NT + tid;
+
+			if (row < r1)
+			{
+				const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) row * DP);
+
+#pragma unroll
+				for (int q = 0; q < DP / 4; q++)
+					xr[r][q] = src[q];
+				old[r] = iter ? a.labels[row] : -1;
+				wr[r] = a.W != NULL ? a.W[row] : 1.0f;
+			}
+			else
+			{
+#pragma unroll
+				for (int q = 0; q < DP / 4; q++)
+					xr[r][q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				old[r] = -1;
+				wr[r] = 0.0f;
+			}
+		}
+	};
+
+	load(r0);
+	for (int64_t base = r0; base < r1; base += TR)
+	{
+		int			lab[R];
+		float		f1[R],
+					f2[R],
+					xx[R];
+		int			b[R];
+
+		/* raw rows into shared memory (exact costs and sums read them there) */
+		__syncthreads();		/* the last tile's sums are done with it */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			const int	p = r * NT + tid;
+
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+				reinterpret_cast<float4 *>(xs + p * DP)[q] = xr[r][q];
+			sw[p] = wr[r];
+		}
+
+		/* centre in place: x' = fl(x - mu) */
+		if (a.mu != NULL)
+		{
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+			{
+				const float4 m = reinterpret_cast<const float4 *>(a.mu)[q];
+
+#pragma unroll
+				for (int r = 0; r < R; r++)
+				{
+					xr[r][q].x -= m.x;
+					xr[r][q].y -= m.y;
+					xr[r][q].z -= m.z;
+					xr[r][q].w -= m.w;
+				}
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			float		s = 0.0f;
+
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+			{
+				s = fmaf(xr[r][q].x, xr[r][q].x, s);
+				s = fmaf(xr[r][q].y, xr[r][q].y, s);
+				s = fmaf(xr[r][q].z, xr[r][q].z, s);
+				s = fmaf(xr[r][q].w, xr[r][q].w, s);
+			}
+			xx[r] = s;
+			f1[r] = INFINITY;
+			f2[r] = INFINITY;
+			b[r] = 0;
+		}
+
+		/* filter values, centroid by centroid: one broadcast read serves R rows */
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+		{
+			float4		c[DP / 4];
+			const float cnj = scn[j];
+
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+				c[q] = reinterpret_cast<const float4 *>(sC2 + j * DP)[q];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+			{
+				float		v = cnj;
+
+#pragma unroll
+				for (int q = 0; q < DP / 4; q++)
+				{
+					v = fmaf(xr[r][q].x, c[q].x, v);
+					v = fmaf(xr[r][q].y, c[q].y, v);
+					v = fmaf(xr[r][q].z, c[q].z, v);
+					v = fmaf(xr[r][q].w, c[q].w, v);
+				}
+				f2[r] = fminf(f2[r], fmaxf(f1[r], v));
+				if (v < f1[r])
+				{
+					f1[r] = v;
+					b[r] = j;
+				}
+			}
+		}
+
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			const int64_t row = base + (int64_t) r * NT + tid;
+			const int	p = r * NT + tid;
+			const float xn = sqrtf(xx[r]);
+			const float slack = km_filter_slack(d, xn, cmax);
+			const int	all = all_exact || (cosine && xn == 0.0f) || !isfinite(f1[r] + slack);
+			int			label = b[r];
+			double		ecost = -1.0;
+
+			if (row < r1 && (all || !(f2[r] - f1[r] > slack)))
+			{
+				/* too close to call in float: exact, among the candidates */
+				const float thr = f1[r] + slack;
+				double		bc = INFINITY;
+				int			bj = -1;
+
+				for (int j = 0; j < k; j++)
+				{
+					float		v = scn[j];
+
+					/* the same value as above, bit for bit */
+#pragma unroll
+					for (int q = 0; q < DP / 4; q++)
+					{
+						const float4 c = reinterpret_cast<const float4 *>(sC2 + j * DP)[q];
+
+						v = fmaf(xr[r][q].x, c.x, v);
+						v = fmaf(xr[r][q].y, c.y, v);
+						v = fmaf(xr[r][q].z, c.z, v);
+						v = fmaf(xr[r][q].w, c.w, v);
+					}
+					if (all || !(v > thr))
+					{
+						double		s = 0.0;
+
+						for (int i = 0; i < DP; i++)
+							kmg_exact_step(s, xs[p * DP + i], sCr[j * DP + i], cosine);
+						s = kmg_exact_finish(s, scnorm[j], cosine);
+						if (bj < 0 || s < bc)	/* j ascends: ties keep the lower */
+						{
+							bc = s;
+							bj = j;
+						}
+					}
+				}
+				if (bj < 0)
+				{
+					bj = b[r];	/* cannot happen: the filter's best is a candidate */
+					bc = 0.0;
+				}
+				label = bj;
+				ecost = bc;
+				nexact++;
+			}
+			if (row < r1)
+			{
+				if (iter)
+				{
+					double		e = ecost;
+
+					if (e < 0.0)
+					{
+						/* the filter's estimate; cosine filters 2 - 2 cos */
+						e = (double) f1[r] + (double) xx[r];
+						e = e > 0.0 ? (cosine ? 0.5 * e : e) : 0.0;
+					}
+					est += (double) wr[r] * e;
+					if (old[r] != label)
+					{
+						moved++;
+						a.labels[row] = label;
+					}
+				}
+				else
+					a.labels[row] = label;
+				lab[r] = label;
+			}
+			else
+				lab[r] = -1;
+		}
+
+		if (!iter)
+		{
+			if (base + TR < r1)
+				load(base + TR);
+			continue;
+		}
+
+		/* each warp's rows grouped by label: a bit per row in its label's word */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			if (lane < k)
+				smask[(r * NW + warp) * KB + lane] = 0u;
+		__syncwarp();
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			if (lab[r] >= 0)
+				atomicOr(&smask[(r * NW + warp) * KB + lab[r]], 1u << lane);
+		if (base + TR < r1)
+			load(base + TR);	/* in flight while the sums run */
+		__syncthreads();
+
+		/* per label: rows in earlier groups (a warp scan over the groups), and counts */
+		for (int j = warp; j < k; j += NW)
+		{
+			const int	v = lane < NG ? __popc(smask[lane * KB + j]) : 0;
+			int			incl = v;
+
+			for (int o = 1; o < 32; o <<= 1)
+			{
+				const int	t = __shfl_up_sync(0xffffffffu, incl, o);
+
+				if (lane >= o)
+					incl += t;
+			}
+			if (lane < NG)
+				spre[lane * KB + j] = incl - v;
+			if (lane == 31)
+				s_count[j] = incl;
+		}
+		__syncthreads();
+		if (warp == 0)
+		{
+			const int	v = lane < k ? s_count[lane] : 0;
+			int			incl = v;
+
+			for (int o = 1; o < 32; o <<= 1)
+			{
+				const int	t = __shfl_up_sync(0xffffffffu, incl, o);
+
+				if (lane >= o)
+					incl += t;
+			}
+			s_start[lane] = incl - v;
+			if (lane == 31)
+				s_start[32] = incl;
+		}
+		__syncthreads();
+		/* the list: rows by (label, row) */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			if (lab[r] >= 0)
+			{
+				const int	g = r * NW + warp;
+				const uint32_t m = smask[g * KB + lab[r]];
+
+				slist[s_start[lab[r]] + spre[g * KB + lab[r]] + __popc(m & ((1u << lane) - 1u))] =
+					r * NT + tid;
+			}
+		__syncthreads();
+
+		/* the sums: cell e = (j, c) adds its cluster's rows in order */
+#pragma unroll
+		for (int u = 0; u < CPT; u++)
+		{
+			const int	e = tid + u * NT;
+
+			if (e < ncell)
+			{
+				const int	j = e / ncol;
+				const int	c = e - j * ncol;
+				const int	p0 = s_start[j],
+							p1 = p0 + s_count[j];
+				double		s = acc[u];
+				int			p = p0;
+
+				if (c == d)
+				{
+					if (a.W != NULL)
+						for (; p < p1; p++)
+							s += (double) sw[slist[p]];
+					else
+						s += (double) (p1 - p0);
+					cnt[u] += p1 - p0;
+				}
+				else
+				{
+					for (; p + 4 <= p1; p += 4)
+					{
+						int			ix[4];
+						float		v[4],
+									w[4];
+
+#pragma unroll
+						for (int q = 0; q < 4; q++)
+							ix[q] = slist[p + q];
+#pragma unroll
+						for (int q = 0; q < 4; q++)
+						{
+							v[q] = xs[ix[q] * DP + c];
+							w[q] = a.W != NULL ? sw[ix[q]] : 1.0f;
+						}
+#pragma unroll
+						for (int q = 0; q < 4; q++)
+							s += a.W != NULL ? (double) w[q] * (double) v[q] : (double) v[q];
+					}
+					for (; p < p1; p++)
+					{
+						const int	ix = slist[p];
+
+						s += a.W != NULL ? (double) sw[ix] * (double) xs[ix * DP + c]
+							: (double) xs[ix * DP + c];
+					}
+				}
+				acc[u] = s;
+			}
+		}
+	}
+
+	if (!iter)
+		return;
+
+	/* the block's partial into the order-free accumulators; its estimate into its slot */
+#pragma unroll
+	for (int u = 0; u < CPT; u++)
+	{
+		const int	e = tid + u * NT;
+
+		if (e < ncell)
+		{
+			const int	c = e % ncol;
+
+			kmg_fix_atomic(a.nfix + 2 * e, acc[u], c == d ? a.wshift : a.sshift);
+			if (c == d && cnt[u] > 0)
+				atomicAdd(a.nfix + 2 * ncell + e / ncol, (unsigned long long) cnt[u]);
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		est += __shfl_xor_sync(0xffffffffu, est, o);
+		moved += __shfl_xor_sync(0xffffffffu, moved, o);
+		nexact += __shfl_xor_sync(0xffffffffu, nexact, o);
+	}
+	if (lane == 0)
+	{
+		sred[warp] = est;
+		if (moved != 0)
+			atomicAdd(&a.ctl->moved, moved);
+		if (nexact != 0)
+			atomicAdd(&a.ctl->namb, nexact);
+	}
+	__syncthreads();
+	if (tid == 0)
+	{
+		double		e = sred[0];
+
+		for (int w = 1; w < NW; w++)
+			e += sred[w];
+		a.part[blockIdx.x] = e;
+	}
+
+	/* the last block: the cluster sums, then the end of the iteration */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&a.ctl->ticket2, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	{
+		const int	cw = KMG_CW(a.dp);
+		const int	nb = gridDim.x;
+		int			nempty = 0;
+		double		e = 0.0;
+
+		/* every column of clus: sums, zeros, w, count, estimate (cluster 0) */
+		for (int x = tid; x < k * cw; x += NT)
+		{
+			const int	j = x / cw;
+			const int	c = x - j * cw;
+			double		v = 0.0;
+
+			if (c < d || c == a.dp)
+			{
+				const int	cell = j * ncol + (c < d ? c : d);
+				unsigned long long *f = a.nfix + 2 * cell;
+
+				v = kmg_fix_decode(__ldcg(f), __ldcg(f + 1), c < d ? a.sshift : a.wshift);
+				f[0] = 0ull;
+				f[1] = 0ull;
+				if (c == a.dp)
+					nempty += !(v > 0.0);
+			}
+			else if (c == a.dp + 1)
+			{
+				unsigned long long *f = a.nfix + 2 * ncell + j;
+
+				v = (double) __ldcg(f);
+				f[0] = 0ull;
+			}
+			a.clus[x] = v;
+		}
+		/* the estimate: the blocks' slots in a fixed tree */
+		for (int b = tid; b < nb; b += NT)
+			e += __ldcg(&a.part[b]);
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			e += __shfl_xor_sync(0xffffffffu, e, o);
+			nempty += __shfl_xor_sync(0xffffffffu, nempty, o);
+		}
+		if (lane == 0)
+		{
+			sred[warp] = e;
+			sredi[warp] = nempty;
+		}
+		__syncthreads();
+		e = sred[0];
+		nempty = sredi[0];
+		for (int w = 1; w < NW; w++)
+		{
+			e += sred[w];
+			nempty += sredi[w];
+		}
+		if (tid == 0)
+		{
+			a.clus[a.dp + 2] = e;
+			a.ctl->nempty = nempty;
+			a.ctl->ticket2 = 0;
+		}
+		__threadfence_block();
+		__syncthreads();
+		kmg_finalize_block(a, KMG_FIN_ITER, *(volatile int *) &a.ctl->moved, nempty);
+	}
+}
+
+/* The instances: padded width x centroids of the loop. */
+typedef void (*kmg_narrow_fn) (kmg_args, int);
+
+#define KMG_NARROW_ROW(DP) \
+	{kmg_narrow_kernel<DP, 4, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 8, kmg_narrow_rows(DP)>, \
+	 kmg_narrow_kernel<DP, 16, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 32, kmg_narrow_rows(DP)>}
+
+static const kmg_narrow_fn kmg_narrow_table[4][4] = {
+	KMG_NARROW_ROW(8), KMG_NARROW_ROW(16), KMG_NARROW_ROW(24), KMG_NARROW_ROW(32)
+};
+
+static int
+kmg_narrow_kb(int k)
+{
+	return k <= 4 ? 4 : k <= 8 ? 8 : k <= 16 ? 16 : 32;
+}
+
+static kmg_narrow_fn
+kmg_narrow_pick(int dp, int kb)
+{
+	const int	i = dp / 8 - 1;
+	const int	j = kb == 4 ? 0 : kb == 8 ? 1 : kb == 16 ? 2 : 3;
+
+	if (dp % 8 != 0 || i < 0 || i > 3 || kb > 32)
+		return NULL;
+	return kmg_narrow_table[i][j];
+}
+
+/* Bytes of a->nfix for k clusters of d columns. */
+size_t
+kmg_narrow_fix_bytes(int k, int d)
+{
+	return (size_t) kmg_narrow_fixwords(k, d) * sizeof(unsigned long long);
+}
+
+/*
+ * The plan: dp <= 32 and k <= 32; two blocks per SM, never more blocks
+ * than rows.
+ */
+kmg_direct_plan
+kmg_narrow_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin)
+{
+	kmg_direct_plan p;
+	const int	R = kmg_narrow_rows(dp);
+
+	memset(&p, 0, sizeof(p));
+	p.kind = KMG_PLAN_NARROW;
+	p.dp = dp;
+	p.s = 1;
+	if (dp > 32 || dp % 8 != 0 || k < 1 || k > 32 || n < 1)
+		return p;
+	p.kb = kmg_narrow_kb(k);
+	p.smem = kmg_narrow_layout_of(dp, p.kb, R).total;
+	if (p.smem > smem_optin)
+		return p;
+	p.nblocks = (int) (n < (int64_t) sms * KMG_NARROW_BPS ? n : (int64_t) sms * KMG_NARROW_BPS);
+	p.ok = p.nblocks > 0;
+	return p;
+}
+
+cudaError_t
+kmg_narrow_prepare(kmg_direct_plan *plan, int sms)
+{
+	kmg_narrow_fn fn = kmg_narrow_pick(plan->dp, plan->kb);
+	cudaError_t e;
+	int			per_sm = 0;
+
+	if (fn == NULL)
+		return cudaErrorInvalidValue;
+	e = cudaFuncSetAttribute((const void *) fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+							 (int) plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_NARROW_NT, plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		return cudaErrorInvalidConfiguration;
+	if (plan->nblocks > per_sm * sms)
+		plan->nblocks = per_sm * sms;
+	return cudaSuccess;
+}
+
+/*
+ * One pass: labels for every row; in MODE_ITER a whole Lloyd iteration
+ * (sums in a->clus, then the finalize).  a->nfix: kmg_narrow_fixwords words,
+ * zero before the first pass (each pass leaves them zero); a->part:
+ * nblocks doubles.
+ */
+cudaError_t
+kmg_narrow_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
+{
+	kmg_narrow_fn fn = kmg_narrow_pick(plan->dp, plan->kb);
+
+	if (fn == NULL || !plan->ok || a->dp != plan->dp)
+		return cudaErrorInvalidValue;
+	fn<<<plan->nblocks, KMG_NARROW_NT, plan->smem, stream>>>(*a, mode);
+	return cudaGetLastError();
+}

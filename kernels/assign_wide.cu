@@ -1,0 +1,702 @@
+/*
+ * assign_wide.cu
+ *	  The fused Lloyd pass for wide rows (128 < dp <= 1016) and k <= 16
+ *	  (Fashion-MNIST: 70000 x 784, k = 10): one read of the rows does the
+ *	  float32 filter, the label and moved count and the per-block M-step
+ *	  sums; rows the filter cannot settle are listed per block, in row
+ *	  order, and the block settles them after its last round and adds them
+ *	  to its sums.  kmg_reduce_partials then adds the partials in block
+ *	  order (and its last block ends the iteration).
+ *
+ * Plain C reference: km_ref_assign / the sums of km_ref_lloyd
+ * (kernels/bench/ref_kmeans.c); bench_kernels.cu checks labels and sums,
+ * bench_engine.cu whole fits (Fashion-MNIST among them).
+ *
+ * Why it is fast.  70000 x 784 floats are 220 MB a pass (51 us at
+ * 4.3 TB/s) against 0.55 G FMA (16 us of the FP32 pipe), so the rows are
+ * read once and the FMA pipe and the memory stay busy together:
+ *	- a block owns a contiguous range of rows and walks it in rounds of 32;
+ *	  eight lanes share a row (each a 16-byte column chunk in eight, so a
+ *	  group reads 128 contiguous bytes per step), four rows per warp; the
+ *	  loads of the next four steps are in flight while the current four are
+ *	  multiplied (registers double-buffered);
+ *	- the centroids (times -2, centred when l2 is centred) sit in shared
+ *	  memory: the eight distinct addresses of a warp's read fall in one
+ *	  wavefront, so a read feeds 4 rows x 4 FMA per lane; the eight lanes'
+ *	  partial dot products meet in a three-step butterfly (every lane gets
+ *	  the same bits);
+ *	- the sums: the round's rows are ordered by (label, row) with one ballot
+ *	  per label; thread t owns column chunk t and adds the rows of each label
+ *	  run in order (their bytes are in L2: the round was just read) into
+ *	  registers, then once per run into the block's double accumulator in
+ *	  shared memory, which only thread t ever touches: no atomics, a fixed
+ *	  order;
+ *	- no 784-step exact chain runs inside a round: a row within the slack
+ *	  goes on its block's list with its candidate centroids, and after the
+ *	  last round the block spreads the (row, candidate) chains over all its
+ *	  threads (kmg_chain4: loads ahead of the dependent adds), then adds the
+ *	  settled rows, in list order, to its sums.
+ */
+#include "gpu_internal.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#define KMG_WIDE_NT 256
+#define KMG_WIDE_S 8			/* lanes per row */
+#define KMG_WIDE_RR 32			/* rows per round: 8 warps x 4 rows */
+#define KMG_WIDE_U 4			/* chunk steps whose loads are in flight together */
+
+/* Shared memory of one block (bytes from the start). */
+typedef struct kmg_wide_layout
+{
+	size_t		acc;			/* k x dp doubles: the block's sums */
+	size_t		c2;				/* KB x dp floats: -2 c' */
+	size_t		mu;				/* dp floats */
+	size_t		misc;			/* per-round arrays */
+	size_t		xs;				/* the exact settling's scratch */
+	size_t		total;
+} kmg_wide_layout;
+
+#define KMG_WX_BATCH 64			/* listed rows settled at a time */
+
+static __host__ __device__ kmg_wide_layout
+kmg_wide_layout_of(int KB, int k, int dp)
+{
+	kmg_wide_layout L;
+	size_t		o = 0;
+
+	L.acc = o;
+	o += (size_t) k * dp * sizeof(double);
+	L.c2 = o;
+	o += (size_t) KB * dp * sizeof(float);
+	L.mu = o;
+	o += (size_t) dp * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.misc = o;
+	/* slab, sorder, samb (ints), smask (u32), sw (float): RR each; cw, cnt: 16 each */
+	o += 5 * KMG_WIDE_RR * sizeof(int) + 16 * sizeof(double) + 16 * sizeof(int) +
+		32 * sizeof(double) + 32 * sizeof(int);
+	o = KMG_ROUND_UP(o, 16);
+	L.xs = o;
+	/* costs, centroids, pair starts, labels */
+	o += KMG_WX_BATCH * 16 * (sizeof(double) + sizeof(int)) + (KMG_WX_BATCH + 1) * sizeof(int) +
+		KMG_WX_BATCH * sizeof(int);
+	L.total = KMG_ROUND_UP(o, 16);
+	return L;
+}
+
+template <int KB>
+__global__ void __launch_bounds__(KMG_WIDE_NT, 2)
+kmg_wide_kernel(kmg_args a, int mode)
+{
+	extern __shared__ __align__(16) unsigned char kmg_wsmem[];
+	constexpr int NT = KMG_WIDE_NT;
+	constexpr int S = KMG_WIDE_S;
+	constexpr int RR = KMG_WIDE_RR;
+	constexpr int U = KMG_WIDE_U;
+	const int	dp = a.dp;
+	const int	q4 = dp / 4;
+	const int	d = a.d;
+	const int	k = a.k;
+	const int	iter = mode == KMG_MODE_ITER;
+	const int	cosine = a.cosine;
+	const kmg_wide_layout L = kmg_wide_layout_of(KB, k, dp);
+	double	   *sacc = (double *) (kmg_wsmem + L.acc);
+	float	   *sC2 = (float *) (kmg_wsmem + L.c2);
+	float	   *smu = (float *) (kmg_wsmem + L.mu);
+	int		   *slab = (int *) (kmg_wsmem + L.misc);	/* label, -1: none */
+	int		   *sorder = slab + RR;	/* rows of the round by (label, row) */
+	int		   *samb = sorder + RR;	/* 1: listed for the exact kernel */
+	uint32_t   *smask = (uint32_t *) (samb + RR);	/* candidates of listed rows */
+	float	   *sw = (float *) (smask + RR);
+	double	   *sws = (double *) (sw + RR);	/* 16: weight sums per cluster */
+	int		   *scnt = (int *) (sws + 16);	/* 16: counts */
+	double	   *sred = (double *) (scnt + 16);	/* 32 */
+	int		   *sredi = (int *) (sred + 32);	/* 32 */
+	__shared__ int s_nvalid,
+				s_namb;
+	__shared__ float scn[KB];
+
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	const int	grp = lane / S;		/* row of the warp */
+	const int	sl = lane % S;		/* chunk lane */
+	const unsigned gmask = 0xffu << (grp * S);
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int64_t n = a.n;
+	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
+	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
+
+	for (int e = tid; e < KB * dp; e += NT)
+	{
+		const int	j = e / dp;
+
+		sC2[e] = j < k ? -2.0f * a.Cf[e] : 0.0f;
+	}
+	for (int j = tid; j < KB; j += NT)
+		scn[j] = j < k ? a.cn[j] : INFINITY;
+	for (int c = tid; c < dp; c += NT)
+		smu[c] = a.mu != NULL ? a.mu[c] : 0.0f;
+	if (iter)
+	{
+		for (int e = tid; e < k * dp; e += NT)
+			sacc[e] = 0.0;
+		if (tid < 16)
+		{
+			sws[tid] = 0.0;
+			scnt[tid] = 0;
+		}
+	}
+	if (tid == 0)
+		s_namb = 0;
+
+	double		est = 0.0;
+	int			moved = 0;
+	double		run[4] = {0.0, 0.0, 0.0, 0.0};
+
+	for (int64_t rb = r0; rb < r1; rb += RR)
+	{
+		const int	rl = warp * 4 + grp;	/* row of the round */
+		const int64_t row = rb + rl;
+		const bool	have = row < r1;
+		const float *xrow = a.X + (size_t) (have ? row : r0) * dp;
+		float		f[KB];
+
+		__syncthreads();		/* the last round's arrays are free; smem ready */
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+			f[j] = 0.0f;
+
+		/* phase 1: partial dot products over this lane's chunks, q = sl + S i */
+		{
+			const float4 *x4 = reinterpret_cast<const float4 *>(xrow);
+			const int	nst = have ? (q4 - sl + S - 1) / S : 0;
+			float4		xa[U],
+						xb[U];
+
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				xa[u] = u < nst ? x4[sl + u * S] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			for (int i0 = 0; i0 < nst; i0 += U)
+			{
+#pragma unroll
+				for (int u = 0; u < U; u++)
+				{
+					const int	i = i0 + U + u;
+
+					xb[u] = i < nst ? x4[sl + i * S] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				}
+#pragma unroll
+				for (int u = 0; u < U; u++)
+				{
+					const int	q = sl + (i0 + u) * S;
+
+					if (i0 + u < nst)
+					{
+						const float4 m = reinterpret_cast<const float4 *>(smu)[q];
+						const float4 xc = make_float4(xa[u].x - m.x, xa[u].y - m.y, xa[u].z - m.z,
+													  xa[u].w - m.w);
+
+#pragma unroll
+						for (int j = 0; j < KB; j++)
+						{
+							const float4 c = reinterpret_cast<const float4 *>(sC2 + (size_t) j * dp)[q];
+
+							f[j] = fmaf(xc.x, c.x, f[j]);
+							f[j] = fmaf(xc.y, c.y, f[j]);
+							f[j] = fmaf(xc.z, c.z, f[j]);
+							f[j] = fmaf(xc.w, c.w, f[j]);
+						}
+					}
+				}
+#pragma unroll
+				for (int u = 0; u < U; u++)
+					xa[u] = xb[u];
+			}
+		}
+		/* the eight lanes' partials: every lane ends with the same bits */
+#pragma unroll
+		for (int o = S / 2; o > 0; o >>= 1)
+#pragma unroll
+			for (int j = 0; j < KB; j++)
+				f[j] += __shfl_xor_sync(0xffffffffu, f[j], o);
+
+		if (sl == 0)
+		{
+			float		f1 = INFINITY,
+						f2 = INFINITY;
+			int			b = 0;
+
+#pragma unroll
+			for (int j = 0; j < KB; j++)
+			{
+				const float v = scn[j] + f[j];
+
+				f[j] = v;
+				f2 = fminf(f2, fmaxf(f1, v));
+				if (v < f1)
+				{
+					f1 = v;
+					b = j;
+				}
+			}
+
+			int			lab = -1,
+						amb = 0;
+			uint32_t	cand = 0;
+			const float wv = (have && a.W != NULL) ? a.W[row] : 1.0f;
+
+			if (have)
+			{
+				const float xn = a.xnorm[row];
+				const float slack = km_filter_slack(d, xn, cmax);
+				const int	all = all_exact || (cosine && xn == 0.0f) || !isfinite(f1 + slack);
+
+				if (all || !(f2 - f1 > slack))
+				{
+					const float thr = f1 + slack;
+
+					amb = 1;
+#pragma unroll
+					for (int j = 0; j < KB; j++)
+						if (j < k && (all || !(f[j] > thr)))
+							cand |= 1u << j;
+				}
+				else
+				{
+					lab = b;
+					if (iter)
+					{
+						const int	old = a.labels[row];
+						double		e = (double) f1 + (double) (xn * xn);
+
+						e = e > 0.0 ? (cosine ? 0.5 * e : e) : 0.0;
+						est += (double) wv * e;
+						if (old != lab)
+						{
+							moved++;
+							a.labels[row] = lab;
+						}
+					}
+					else
+						a.labels[row] = lab;
+				}
+			}
+			slab[rl] = lab;
+			samb[rl] = amb;
+			smask[rl] = cand;
+			sw[rl] = wv;
+		}
+		__syncthreads();
+
+		/* the listed rows, in row order (warp 0) */
+		if (warp == 0)
+		{
+			const unsigned m = __ballot_sync(0xffffffffu, samb[lane] != 0);
+
+			if (m != 0)
+			{
+				const int	base = s_namb;
+
+				if (samb[lane])
+				{
+					const int	pos = base + __popc(m & ((1u << lane) - 1u));
+
+					a.wrow[r0 + pos] = (int32_t) (rb + lane);
+					a.wmask[r0 + pos] = smask[lane];
+				}
+				__syncwarp();
+				if (lane == 0)
+					s_namb = base + __popc(m);
+			}
+			if (iter)
+			{
+				/* rank by (label, row): one ballot per label */
+				const int	lab = slab[lane];
+				int			rank = 0,
+							total = 0;
+
+				for (int j = 0; j < k; j++)
+				{
+					const unsigned mj = __ballot_sync(0xffffffffu, lab == j);
+
+					if (j < lab)
+						rank += __popc(mj);
+					else if (j == lab)
+						rank += __popc(mj & ((1u << lane) - 1u));
+					total += __popc(mj);
+				}
+				if (lab >= 0)
+					sorder[rank] = lane;
+				if (lane == 0)
+					s_nvalid = total;
+			}
+		}
+		if (!iter)
+			continue;
+		__syncthreads();
+
+		/* phase 2: thread t adds column chunk t of each label run, in row order */
+		{
+			const int	nv = s_nvalid;
+			int			cur = -1;
+
+			if (tid < q4)
+			{
+				float4		xa[8],
+							xb[8];
+
+				/* batch p0: the next batch's loads in flight while this one is added */
+				auto fetch = [&](int p0, float4 *x) {
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+					{
+						const int	p = p0 + u;
+
+						x[u] = p < nv ? reinterpret_cast<const float4 *>(a.X + (size_t) (rb + sorder[p]) * dp)[tid]
+							: make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					}
+				};
+
+				fetch(0, xa);
+				for (int p0 = 0; p0 < nv; p0 += 8)
+				{
+					fetch(p0 + 8, xb);
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+					{
+						if (p0 + u >= nv)
+							break;
+
+						const int	rr = sorder[p0 + u];
+						const int	lu = slab[rr];
+
+						if (lu != cur)
+						{
+							if (cur >= 0)
+							{
+								double	   *dst = sacc + (size_t) cur * dp + 4 * tid;
+
+								dst[0] += run[0];
+								dst[1] += run[1];
+								dst[2] += run[2];
+								dst[3] += run[3];
+							}
+							cur = lu;
+							run[0] = run[1] = run[2] = run[3] = 0.0;
+						}
+						if (a.W != NULL)
+						{
+							const double wd = (double) sw[rr];
+
+							run[0] += wd * (double) xa[u].x;
+							run[1] += wd * (double) xa[u].y;
+							run[2] += wd * (double) xa[u].z;
+							run[3] += wd * (double) xa[u].w;
+						}
+						else
+						{
+							run[0] += (double) xa[u].x;
+							run[1] += (double) xa[u].y;
+							run[2] += (double) xa[u].z;
+							run[3] += (double) xa[u].w;
+						}
+					}
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+						xa[u] = xb[u];
+				}
+				if (cur >= 0)
+				{
+					double	   *dst = sacc + (size_t) cur * dp + 4 * tid;
+
+					dst[0] += run[0];
+					dst[1] += run[1];
+					dst[2] += run[2];
+					dst[3] += run[3];
+				}
+			}
+			else if (tid == q4)
+			{
+				/* weights and counts, run by run in the same order */
+				double		ws = 0.0;
+
+				for (int p = 0; p < nv; p++)
+				{
+					const int	rr = sorder[p];
+					const int	lb = slab[rr];
+
+					if (lb != cur)
+					{
+						if (cur >= 0)
+							sws[cur] += ws;
+						cur = lb;
+						ws = 0.0;
+					}
+					ws += (double) sw[rr];
+					scnt[lb]++;
+				}
+				if (cur >= 0)
+					sws[cur] += ws;
+			}
+		}
+	}
+
+	/*
+	 * The listed rows, XB at a time: staged in shared memory (the centroid
+	 * copy's room, free after the last round), a thread per (row, candidate)
+	 * chain (the row from shared memory, the centroid through L1), the label
+	 * the cheapest candidate (ties to the lower index), then in MODE_ITER
+	 * the rows added to the sums in list (row) order.
+	 */
+	__syncthreads();
+	{
+		constexpr int XB = KB < 8 ? KB : 8;
+		float	   *xst = sC2;	/* XB x dp floats */
+		double	   *xcost = (double *) (kmg_wsmem + L.xs);
+		int		   *xj = (int *) (xcost + KMG_WX_BATCH * 16);
+		int		   *xstart = xj + KMG_WX_BATCH * 16;
+		int		   *xlab = xstart + KMG_WX_BATCH + 1;
+		const int	cnt = s_namb;
+
+		for (int e0 = 0; e0 < cnt; e0 += XB)
+		{
+			const int	ne = cnt - e0 < XB ? cnt - e0 : XB;
+
+			for (int x = tid; x < ne * q4; x += NT)
+			{
+				const int	e = x / q4;
+				const int	q = x - e * q4;
+
+				reinterpret_cast<float4 *>(xst)[x] =
+					reinterpret_cast<const float4 *>(a.X + (size_t) a.wrow[r0 + e0 + e] * dp)[q];
+			}
+			if (tid == 0)
+			{
+				int			acc = 0;
+
+				for (int e = 0; e < ne; e++)
+				{
+					xstart[e] = acc;
+					acc += __popc(a.wmask[r0 + e0 + e]);
+				}
+				xstart[ne] = acc;
+			}
+			__syncthreads();
+			for (int p = tid; p < xstart[ne]; p += NT)
+			{
+				int			e = 0;
+
+				while (xstart[e + 1] <= p)
+					e++;
+
+				uint32_t	m = a.wmask[r0 + e0 + e];
+
+				for (int t = p - xstart[e]; t > 0; t--)
+					m &= m - 1;
+
+				const int	j = __ffs(m) - 1;
+
+				xcost[p] = kmg_chain4(reinterpret_cast<const float4 *>(xst + (size_t) e * dp),
+									  reinterpret_cast<const float4 *>(a.C + (size_t) j * dp), q4,
+									  cosine ? a.cnorm[j] : 0.0, cosine);
+				xj[p] = j;
+			}
+			__syncthreads();
+			for (int e = tid; e < ne; e += NT)
+			{
+				const int	row = a.wrow[r0 + e0 + e];
+				double		bc = xcost[xstart[e]];
+				int			bj = xj[xstart[e]];
+
+				/* candidates in increasing j: ties keep the lower */
+				for (int p = xstart[e] + 1; p < xstart[e + 1]; p++)
+					if (xcost[p] < bc)
+					{
+						bc = xcost[p];
+						bj = xj[p];
+					}
+				xlab[e] = bj;
+				if (iter)
+				{
+					est += (double) (a.W != NULL ? a.W[row] : 1.0f) * bc;
+					if (a.labels[row] != bj)
+					{
+						moved++;
+						a.labels[row] = bj;
+					}
+				}
+				else
+					a.labels[row] = bj;
+			}
+			__syncthreads();
+			if (iter && tid < q4)
+			{
+				/* column chunk tid of each listed row, in list order */
+				for (int e = 0; e < ne; e++)
+				{
+					const float4 x = reinterpret_cast<const float4 *>(xst + (size_t) e * dp)[tid];
+					const double w = a.W != NULL ? (double) a.W[a.wrow[r0 + e0 + e]] : 1.0;
+					double	   *dst = sacc + (size_t) xlab[e] * dp + 4 * tid;
+
+					dst[0] += a.W != NULL ? w * (double) x.x : (double) x.x;
+					dst[1] += a.W != NULL ? w * (double) x.y : (double) x.y;
+					dst[2] += a.W != NULL ? w * (double) x.z : (double) x.z;
+					dst[3] += a.W != NULL ? w * (double) x.w : (double) x.w;
+				}
+			}
+			else if (iter && tid == q4)
+				for (int e = 0; e < ne; e++)
+				{
+					const int	row = a.wrow[r0 + e0 + e];
+
+					sws[xlab[e]] += a.W != NULL ? (double) a.W[row] : 1.0;
+					scnt[xlab[e]]++;
+				}
+			__syncthreads();
+		}
+	}
+	if (tid == 0)
+		a.wcount[blockIdx.x] = s_namb;
+	if (!iter)
+		return;
+	__syncthreads();
+	/* the block's partial: k x cw doubles */
+	{
+		const int	cw = KMG_CW(dp);
+		double	   *out = a.part + (size_t) blockIdx.x * k * cw;
+
+		for (int e = tid; e < k * cw; e += NT)
+		{
+			const int	j = e / cw;
+			const int	c = e - j * cw;
+			double		v = 0.0;
+
+			if (c < dp)
+				v = sacc[(size_t) j * dp + c];
+			else if (c == dp)
+				v = sws[j];
+			else if (c == dp + 1)
+				v = (double) scnt[j];
+			out[e] = v;
+		}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			est += __shfl_xor_sync(0xffffffffu, est, o);
+			moved += __shfl_xor_sync(0xffffffffu, moved, o);
+		}
+		if (lane == 0)
+		{
+			sred[warp] = est;
+			sredi[warp] = moved;
+		}
+		__syncthreads();
+		if (tid == 0)
+		{
+			double		e = sred[0];
+			int			mv = sredi[0];
+
+			for (int w = 1; w < NT / 32; w++)
+			{
+				e += sred[w];
+				mv += sredi[w];
+			}
+			out[dp + 2] = e;	/* the estimate, on cluster 0 */
+			a.part_moved[blockIdx.x] = mv;
+		}
+	}
+	(void) gmask;
+}
+
+/* The instances. */
+typedef void (*kmg_wide_fn) (kmg_args, int);
+
+static const int kmg_wide_kbs[] = {4, 8, 10, 12, 16};
+static const kmg_wide_fn kmg_wide_table[] = {
+	kmg_wide_kernel<4>, kmg_wide_kernel<8>, kmg_wide_kernel<10>, kmg_wide_kernel<12>,
+	kmg_wide_kernel<16>
+};
+
+static kmg_wide_fn
+kmg_wide_pick(int kb)
+{
+	for (int i = 0; i < 5; i++)
+		if (kmg_wide_kbs[i] == kb)
+			return kmg_wide_table[i];
+	return NULL;
+}
+
+/*
+ * The plan: 128 < dp <= 1016 (thread t owns column chunk t, one thread
+ * left for the weights), k <= 16, shared memory within the device's limit.
+ */
+kmg_direct_plan
+kmg_wide_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin)
+{
+	kmg_direct_plan p;
+
+	memset(&p, 0, sizeof(p));
+	p.kind = KMG_PLAN_WIDE;
+	p.dp = dp;
+	p.s = KMG_WIDE_S;
+	if (dp <= 128 || dp > 1016 || dp % 8 != 0 || k < 1 || k > 16 || n < 1)
+		return p;
+	for (int i = 0; i < 5; i++)
+		if (k <= kmg_wide_kbs[i])
+		{
+			p.kb = kmg_wide_kbs[i];
+			break;
+		}
+	p.smem = kmg_wide_layout_of(p.kb, k, dp).total;
+	if (p.smem > smem_optin)
+		return p;
+	p.nblocks = (int) (n < (int64_t) sms * 2 ? n : (int64_t) sms * 2);
+	p.ok = p.nblocks > 0;
+	return p;
+}
+
+cudaError_t
+kmg_wide_prepare(kmg_direct_plan *plan, int sms)
+{
+	kmg_wide_fn fn = kmg_wide_pick(plan->kb);
+	cudaError_t e;
+	int			per_sm = 0;
+
+	if (fn == NULL)
+		return cudaErrorInvalidValue;
+	e = cudaFuncSetAttribute((const void *) fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+							 (int) plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_WIDE_NT, plan->smem);
+	if (e != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		return cudaErrorInvalidConfiguration;
+	if (plan->nblocks > per_sm * sms)
+		plan->nblocks = per_sm * sms;
+	return cudaSuccess;
+}
+
+/*
+ * One pass: labels for every row; in MODE_ITER the block partials (rows
+ * within the slack included) and the moved counts, for kmg_reduce_partials.
+ */
+cudaError_t
+kmg_wide_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
+{
+	kmg_wide_fn fn = kmg_wide_pick(plan->kb);
+
+	if (fn == NULL || !plan->ok || a->dp != plan->dp || a->wrow == NULL)
+		return cudaErrorInvalidValue;
+	fn<<<plan->nblocks, KMG_WIDE_NT, plan->smem, stream>>>(*a, mode);
+	return cudaGetLastError();
+}
