@@ -19,7 +19,7 @@ SET extra_float_digits = 0;
 SET kmeans_gpu.engine = 'tpu';
 SET kmeans_gpu.no_such_setting = 1;
 LOAD 'kmeans_gpu';
-SHOW kmeans_gpu.engine;
+SELECT current_setting('kmeans_gpu.engine') <> 'tpu' AS bad_value_not_taken;
 
 -- Figures in the memory messages depend on the engine and the thread count.
 SET kmeans_gpu.engine = cpu;
@@ -431,7 +431,7 @@ SELECT bi('GUC', $$SELECT * FROM kmeans_gpu_devices(0)$$);
 SELECT bi('GUC', $$SET kmeans_gpu.no_such_setting = 1$$);
 SELECT bi('GUC', $$SELECT set_config('kmeans_gpu.engine', 'fpga', false)$$);
 SET kmeans_gpu.engine = 'tpu';
-SHOW kmeans_gpu.engine;
+SELECT current_setting('kmeans_gpu.engine') <> 'tpu' AS bad_value_not_taken;
 
 -- The settings: kmeans_gpu.max_memory too small for the call.  Each fails
 -- before the memory is taken (figures for 2 threads of the CPU engine).

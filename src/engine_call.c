@@ -342,9 +342,10 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 
 		if (kmeans_verbose)
 			ereport(INFO,
-					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s (%d threads)",
+					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s",
 							data.n, data.d, opts->k, KmMetricName(opts->metric),
-							KmInitName(opts->init), engine->name, KmCpuThreads())));
+							KmInitName(opts->init), engine == &km_cpu_engine ?
+							psprintf("cpu (%d threads)", KmCpuThreads()) : "gpu")));
 
 		status = KmFitOnce(&call, &hooks, m, engine, &data, &params, &result, &err, choice,
 						   opts->n_init);

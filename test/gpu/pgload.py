@@ -12,8 +12,15 @@ FLOAT4OID = 700
 
 
 def psql(sql, db=None, check=True, stdin=None):
-    """Run SQL through psql; return stdout (unaligned, tuples only)."""
-    cmd = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql]
+    """Run SQL through psql; return stdout (unaligned, tuples only).  The SQL
+    goes on standard input (it may be long), except with stdin data for a
+    COPY, when it must be a single command line."""
+    cmd = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]
+    if stdin is None:
+        cmd += ["-f", "-"]
+        stdin = sql.encode()
+    else:
+        cmd += ["-c", sql]
     if db:
         cmd += ["-d", db]
     r = subprocess.run(cmd, input=stdin, capture_output=True)
