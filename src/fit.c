@@ -9,6 +9,7 @@
 
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "kmeans_gpu.h"
 
@@ -103,6 +104,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	MemoryContext rows_context;
 	Datum		model;
 	char	   *init;
+	TimestampTz start;
 
 	ArgNotNull(fcinfo, 0, "source");
 	ArgNotNull(fcinfo, 1, "column_name");
@@ -149,7 +151,14 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	scan.estimated_rows = KmEstimateRows(spec.relid);
 	KmMatrixInit(&scan.matrix, rows_context, scan.weighted,
 				 opts.metric == KM_METRIC_COSINE);
+	start = GetCurrentTimestamp();
 	KmScanTable(&spec, FitRow, &scan);
+	if (kmeans_verbose)
+		ereport(INFO,
+				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
+						scan.matrix.n, scan.n_skipped,
+						(double) (GetCurrentTimestamp() - start) / 1e6,
+						scan.matrix.gpu != NULL ? ", streaming them to the GPU" : "")));
 
 	if (scan.weighted && scan.matrix.n > 0 && !(scan.weight_sum > 0))
 		ereport(ERROR,

@@ -69,16 +69,24 @@ KmVectorRead(ArrayType *vec, int dim, float *out)
 
 	if (ARR_ELEMTYPE(vec) == FLOAT4OID)
 	{
-		const float *in = (const float *) ARR_DATA_PTR(vec);
+		const uint32 *restrict in = (const uint32 *) ARR_DATA_PTR(vec);
+		uint32	   *restrict dst = (uint32 *) out;
+		uint32		special = 0;
 
+		/*
+		 * Copy, and look at the exponent bits for NaN and infinities in the
+		 * same pass: a loop without branches, which the compiler vectorises
+		 * (this runs for every row of every scan; see the Makefile).
+		 */
 		for (int i = 0; i < dim; i++)
 		{
-			if (unlikely(!isfinite(in[i])))
-				ereport(ERROR,
-						(errcode(ERRCODE_DATA_EXCEPTION),
-						 errmsg("vector must not contain NaN or infinite values")));
-			out[i] = in[i];
+			special |= (uint32) ((in[i] & 0x7f800000) == 0x7f800000);
+			dst[i] = in[i];
 		}
+		if (unlikely(special))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("vector must not contain NaN or infinite values")));
 	}
 	else if (ARR_ELEMTYPE(vec) == FLOAT8OID)
 	{

@@ -614,9 +614,12 @@ km_cpu_prepare_worker(void *arg, int id)
 			wk->wtotal += w;
 			if (w > wk->wmax)
 				wk->wmax = w;
-			for (int j = 0; j < d; j++)
-				if (fabs((double) x[j]) > wk->amax)
-					wk->amax = fabs((double) x[j]);
+			{
+				double		a = km_cpu_absmax(st->avx2, x, d);
+
+				if (a > wk->amax)
+					wk->amax = a;
+			}
 			if (st->hashes != NULL)
 				st->hashes[t.row + i] = km_row_hash(x, d, w);
 			if (!st->cosine)

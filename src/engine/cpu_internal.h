@@ -248,6 +248,7 @@ extern void km_cpu_accumulate(int avx2, double *sums, const float *x,
 extern void km_cpu_rows(int avx2, const float *x, const float *mu, float *out,
 						float *xn2, int nt, int d);
 extern float km_cpu_sqnorm(int avx2, const float *x, int d);
+extern float km_cpu_absmax(int avx2, const float *x, int d);
 extern float km_cpu_centre(int avx2, const float *x, const float *mu, float *out, int d);
 extern float km_cpu_normalize(int avx2, const float *x, double nrm, float *out, int d);
 extern void km_cpu_add_row(int avx2, double *acc, const float *x, int d);

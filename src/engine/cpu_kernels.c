@@ -12,6 +12,7 @@
 #include "cpu_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "km_exact.h"
 
@@ -25,6 +26,7 @@
 typedef float km_v8sf __attribute__((vector_size(32), aligned(4), may_alias));
 typedef float km_v4sf __attribute__((vector_size(16), aligned(4), may_alias));
 typedef double km_v4df __attribute__((vector_size(32), aligned(8), may_alias));
+typedef uint32_t km_v8su __attribute__((vector_size(32), aligned(4), may_alias));
 
 #define KM_CPU_BODY static inline __attribute__((always_inline))
 
@@ -43,6 +45,38 @@ km_cpu_sum8(const km_v8sf *v)
 	const km_v8sf s = *v;
 
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/*
+ * The largest |x_i| of a row, exactly: for finite floats the magnitude
+ * bits order like the magnitudes, so an integer maximum of them does.
+ */
+KM_CPU_BODY float
+km_cpu_absmax_body(const float *x, int d)
+{
+	km_v8su		m = {0, 0, 0, 0, 0, 0, 0, 0};
+	uint32_t	r = 0;
+	float		f;
+	int			i = 0;
+
+	for (; i + 8 <= d; i += 8)
+	{
+		km_v8su		v = *(const km_v8su *) (x + i) & 0x7fffffffu;
+
+		m = m ^ ((m ^ v) & (km_v8su) (v > m));
+	}
+	for (int j = 0; j < 8; j++)
+		r = m[j] > r ? m[j] : r;
+	for (; i < d; i++)
+	{
+		uint32_t	b;
+
+		memcpy(&b, x + i, sizeof(b));
+		b &= 0x7fffffffu;
+		r = b > r ? b : r;
+	}
+	memcpy(&f, &r, sizeof(f));
+	return f;
 }
 
 /* |x|^2 in float: the row norm the filter's slack needs. */
@@ -201,6 +235,12 @@ km_cpu_sqnorm_plain(const float *x, int d)
 }
 
 static float
+km_cpu_absmax_plain(const float *x, int d)
+{
+	return km_cpu_absmax_body(x, d);
+}
+
+static float
 km_cpu_centre_plain(const float *x, const float *mu, float *out, int d)
 {
 	return km_cpu_centre_body(x, mu, out, d);
@@ -240,6 +280,12 @@ km_cpu_sqnorm_avx2(const float *x, int d)
 }
 
 KM_CPU_AVX2 static float
+km_cpu_absmax_avx2(const float *x, int d)
+{
+	return km_cpu_absmax_body(x, d);
+}
+
+KM_CPU_AVX2 static float
 km_cpu_centre_avx2(const float *x, const float *mu, float *out, int d)
 {
 	return km_cpu_centre_body(x, mu, out, d);
@@ -260,6 +306,7 @@ km_cpu_add_row_avx2(double *acc, const float *x, double w, int d, int weighted)
 #define km_cpu_accumulate_avx2 km_cpu_accumulate_plain
 #define km_cpu_rows_avx2 km_cpu_rows_plain
 #define km_cpu_sqnorm_avx2 km_cpu_sqnorm_plain
+#define km_cpu_absmax_avx2 km_cpu_absmax_plain
 #define km_cpu_centre_avx2 km_cpu_centre_plain
 #define km_cpu_normalize_avx2 km_cpu_normalize_plain
 #define km_cpu_add_row_avx2 km_cpu_add_row_plain
@@ -285,6 +332,13 @@ km_cpu_rows(int avx2, const float *x, const float *mu, float *out, float *xn2,
 		km_cpu_rows_avx2(x, mu, out, xn2, nt, d);
 	else
 		km_cpu_rows_plain(x, mu, out, xn2, nt, d);
+}
+
+/* The largest |x_i| of a row. */
+float
+km_cpu_absmax(int avx2, const float *x, int d)
+{
+	return avx2 ? km_cpu_absmax_avx2(x, d) : km_cpu_absmax_plain(x, d);
 }
 
 /* |x|^2 in float. */
