@@ -131,7 +131,7 @@ ConsiderGpu(FunctionCallInfo fcinfo, KmAggState *state)
 		return;
 	/* the whole group is unknown yet: expect it to double */
 	KmMatrixStartGpu(&state->matrix, choice, state->opts.k, state->opts.metric,
-					 state->matrix.n * 2);
+					 state->matrix.n * 2, choice != KM_ENGINE_GPU);
 }
 
 PG_FUNCTION_INFO_V1(kmeans_accum);
@@ -374,7 +374,8 @@ kmeans_final(PG_FUNCTION_ARGS)
 
 	opts = state->opts;
 	KmOptionsFixSeed(&opts);
-	KmRunFit(&state->matrix, &opts, false, &fit);
+	if (!KmRunFit(&state->matrix, &opts, false, &fit))
+		elog(ERROR, "kmeans lost its rows to a GPU failure; please report a bug");
 	return KmModelMake(fcinfo, &opts, &fit, state->matrix.dim, state->matrix.n,
 					   state->n_null);
 }

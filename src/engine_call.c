@@ -263,8 +263,10 @@ KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *eng
  * current memory context.  The GPU runs the fit when the rows were streamed
  * to it, or when kmeans_gpu.engine (or the engine option) and the free GPU
  * memory say so; under 'auto' the CPU takes over whenever the GPU cannot.
+ * Returns false when the GPU gave up on rows that went to it only: the
+ * caller then reads them again and fits them on the CPU.
  */
-void
+bool
 KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput *out)
 {
 	km_data		data = KmMatrixData(m);
@@ -315,7 +317,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	result.labels = out->labels;
 
 	/* rows already on the GPU */
-	if (KmGpuSinkAlive(m->gpu) && KmGpuSinkFinish(m->gpu, !m->host_rows))
+	if (KmGpuSinkAlive(m->gpu) && KmGpuSinkFinish(m->gpu, m->gpu_raise))
 	{
 		if (kmeans_verbose)
 			ereport(INFO,
@@ -324,11 +326,13 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 							KmInitName(opts->init))));
 		status = KmFitOnce(&call, &hooks, m, NULL, &data, &params, &result, &err, choice,
 						   opts->n_init);
-		done = !KmCallEnd(&call, status, &err, m->host_rows && choice != KM_ENGINE_GPU);
+		done = !KmCallEnd(&call, status, &err, choice != KM_ENGINE_GPU);
 		if (done)
 			out->engine = "gpu";
 		try_gpu = false;
 	}
+	if (!done && !m->host_rows)
+		return false;			/* the GPU gave up on rows it alone had */
 
 	/* rows in host memory: the GPU if it should and can, else the CPU */
 	while (!done)
@@ -359,6 +363,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	out->converged = result.converged != 0;
 	out->relocated = result.relocated;
 	out->seed = opts->seed;
+	return true;
 }
 
 /*

@@ -42,8 +42,9 @@ FirstRow(KmFitScan *scan, int dim)
 								  false),
 					  "kmeans_fit (estimated from the table's statistics)");
 	scan->matrix.dim = dim;
+	/* straight to the GPU: should it give up, ReadRows runs again for the CPU */
 	if (choice != KM_ENGINE_CPU)
-		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows);
+		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows, false);
 }
 
 /*
@@ -78,6 +79,35 @@ FitRow(void *arg, Datum *values, bool *nulls)
 	KmMatrixAppendVector(&scan->matrix, vec, (float) w);
 }
 
+/*
+ * The scan: every row of the column into scan->matrix (in context, or
+ * streamed to the GPU when it is to run the fit).
+ */
+static void
+ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
+		 MemoryContext context)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	memset(scan, 0, sizeof(*scan));
+	scan->weighted = spec->weight_column != NULL;
+	scan->opts = opts;
+	scan->estimated_rows = KmEstimateRows(spec->relid);
+	KmMatrixInit(&scan->matrix, context, scan->weighted, opts->metric == KM_METRIC_COSINE);
+	KmScanTable(spec, FitRow, scan);
+	if (kmeans_verbose)
+		ereport(INFO,
+				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
+						scan->matrix.n, scan->n_skipped,
+						(double) (GetCurrentTimestamp() - start) / 1e6,
+						scan->matrix.gpu != NULL ? ", streaming them to the GPU" : "")));
+
+	if (scan->weighted && scan->matrix.n > 0 && !(scan->weight_sum > 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the weights of the rows sum to zero")));
+}
+
 static void
 ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
 {
@@ -104,7 +134,6 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	MemoryContext rows_context;
 	Datum		model;
 	char	   *init;
-	TimestampTz start;
 
 	ArgNotNull(fcinfo, 0, "source");
 	ArgNotNull(fcinfo, 1, "column_name");
@@ -145,27 +174,19 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	/* the rows get their own context, freed as soon as the model is built */
 	rows_context = AllocSetContextCreate(CurrentMemoryContext, "kmeans_fit rows",
 										 ALLOCSET_DEFAULT_SIZES);
-	memset(&scan, 0, sizeof(scan));
-	scan.weighted = spec.weight_column != NULL;
-	scan.opts = &opts;
-	scan.estimated_rows = KmEstimateRows(spec.relid);
-	KmMatrixInit(&scan.matrix, rows_context, scan.weighted,
-				 opts.metric == KM_METRIC_COSINE);
-	start = GetCurrentTimestamp();
-	KmScanTable(&spec, FitRow, &scan);
-	if (kmeans_verbose)
-		ereport(INFO,
-				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
-						scan.matrix.n, scan.n_skipped,
-						(double) (GetCurrentTimestamp() - start) / 1e6,
-						scan.matrix.gpu != NULL ? ", streaming them to the GPU" : "")));
-
-	if (scan.weighted && scan.matrix.n > 0 && !(scan.weight_sum > 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the weights of the rows sum to zero")));
-
-	KmRunFit(&scan.matrix, &opts, false, &fit);
+	ReadRows(&spec, &opts, &scan, rows_context);
+	if (!KmRunFit(&scan.matrix, &opts, false, &fit))
+	{
+		/*
+		 * The GPU gave up (under 'auto') on rows that went to it only: read
+		 * them again, this time for the CPU.
+		 */
+		MemoryContextReset(rows_context);
+		opts.engine = KM_ENGINE_CPU;
+		ReadRows(&spec, &opts, &scan, rows_context);
+		if (!KmRunFit(&scan.matrix, &opts, false, &fit))
+			elog(ERROR, "the CPU engine did not run; please report a bug");
+	}
 	model = KmModelMake(fcinfo, &opts, &fit, scan.matrix.dim, scan.matrix.n,
 						scan.n_skipped);
 	MemoryContextDelete(rows_context);

@@ -393,16 +393,18 @@ SinkCommit(KmGpuSink *sink, bool raise)
 }
 
 /*
- * Copy one row (and its weight) into the staging buffer, committing full
- * buffers.  Returns false when the GPU gave up (only when raise is false).
+ * Where the next row goes in the staging buffer (full buffers are committed
+ * first), so that the caller can read a vector straight into pinned memory;
+ * KmGpuSinkTake then counts it.  NULL when the GPU gave up (only when raise
+ * is false).
  */
-bool
-KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise)
+float *
+KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise)
 {
 	if (sink->ds == NULL)
-		return false;
+		return NULL;
 	if (sink->stage != NULL && sink->used == sink->room && !SinkCommit(sink, raise))
-		return false;
+		return NULL;
 	if (sink->stage == NULL)
 	{
 		km_error	err;
@@ -413,14 +415,35 @@ KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool rai
 		{
 			SinkFree(sink);
 			KmGpuFailed(err.status, err.message, raise);
-			return false;
+			return NULL;
 		}
 		sink->used = 0;
 	}
-	memcpy(sink->stage + (Size) sink->used * dim, row, sizeof(float) * dim);
+	return sink->stage + (Size) sink->used * dim;
+}
+
+/* The row at KmGpuSinkNext is written: count it, with its weight. */
+void
+KmGpuSinkTake(KmGpuSink *sink, float weight)
+{
 	if (sink->weighted)
 		sink->stage_w[sink->used] = weight;
 	sink->used++;
+}
+
+/*
+ * Copy one row (and its weight) into the staging buffer.  Returns false
+ * when the GPU gave up (only when raise is false).
+ */
+bool
+KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise)
+{
+	float	   *slot = KmGpuSinkNext(sink, dim, raise);
+
+	if (slot == NULL)
+		return false;
+	memcpy(slot, row, sizeof(float) * dim);
+	KmGpuSinkTake(sink, weight);
 	return true;
 }
 

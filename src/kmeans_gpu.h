@@ -99,6 +99,7 @@ typedef struct KmMatrix
 	Size		bytes;			/* allocated for rows and weights */
 	bool		host_rows;		/* the chunks hold every row */
 	KmGpuSink  *gpu;			/* rows streamed to the GPU, or NULL */
+	bool		gpu_raise;		/* a GPU failure is an ERROR (engine 'gpu') */
 	float	   *scratch;		/* one row, when rows go to the GPU only */
 } KmMatrix;
 
@@ -107,7 +108,7 @@ extern float *KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got);
 extern void KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n);
 extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight);
 extern void KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
-							 int64 expected_rows);
+							 int64 expected_rows, bool keep_host);
 extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
 extern km_data KmMatrixData(const KmMatrix *m);
 extern void KmCheckMemory(Size needed, const char *what);
@@ -128,7 +129,7 @@ typedef struct KmFitOutput
 } KmFitOutput;
 
 extern Size KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels);
-extern void KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
+extern bool KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
 					 KmFitOutput *out);
 extern void KmRunAssign(const km_data *data, const float *centroids, int k,
 						km_metric metric, int32 *labels, double *distances);
@@ -178,6 +179,8 @@ extern bool KmGpuWaitForMemory(uint64 need, struct km_gpu_device *info);
 extern bool KmGpuRetryAfterNomem(TimestampTz *since);
 extern KmGpuSink *KmGpuSinkCreate(const struct km_gpu_api *api, MemoryContext context, int dim,
 								  bool weighted, int64 expected_rows, bool raise);
+extern float *KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise);
+extern void KmGpuSinkTake(KmGpuSink *sink, float weight);
 extern bool KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise);
 extern bool KmGpuSinkFinish(KmGpuSink *sink, bool raise);
 extern bool KmGpuSinkAlive(const KmGpuSink *sink);

@@ -247,7 +247,13 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 	}
 	else
 	{
-		row = m->scratch;
+		/* straight into pinned memory; once the GPU gave up, nowhere */
+		row = m->gpu != NULL ? KmGpuSinkNext(m->gpu, dim, m->gpu_raise) : NULL;
+		if (row == NULL)
+		{
+			m->gpu = NULL;
+			row = m->scratch;
+		}
 		m->n++;
 	}
 	KmVectorRead(vec, dim, row);
@@ -266,24 +272,28 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 					 errhint("Filter such rows out, or use metric 'l2'.")));
 	}
 
-	/* with rows kept on the host too, a GPU failure just ends the streaming */
-	if (m->gpu != NULL && !KmGpuSinkPush(m->gpu, row, dim, weight, !m->host_rows))
-		m->gpu = NULL;
+	if (m->gpu == NULL)
+		return;
+	if (!m->host_rows)
+		KmGpuSinkTake(m->gpu, weight);
+	else if (!KmGpuSinkPush(m->gpu, row, dim, weight, m->gpu_raise))
+		m->gpu = NULL;			/* the rows are on the host: the CPU takes over */
 }
 
 /*
- * From now on, stream the rows to the GPU as well, starting with those
- * already gathered; under kmeans_gpu.engine 'gpu' the host chunks are freed
- * and later rows go to the GPU only, under 'auto' they stay so that the CPU
- * can take over if the GPU cannot finish.  Does nothing when the GPU will
- * not take the fit (under 'gpu' that is an ERROR).
+ * From now on, stream the rows to the GPU, starting with those already
+ * gathered.  With keep_host the rows stay in host memory too, so that the
+ * CPU can take over if the GPU cannot finish; without it the host chunks
+ * are freed and later rows go to the GPU only (under 'auto' the caller must
+ * then be able to read the rows again for the CPU: KmRunFit says when).
+ * Does nothing when the GPU will not take the fit (under 'gpu' that is an
+ * ERROR, as is any later GPU failure).
  */
 void
 KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
-				 int64 expected_rows)
+				 int64 expected_rows, bool keep_host)
 {
 	const struct km_gpu_api *api;
-	bool		keep_host = choice != KM_ENGINE_GPU;
 	KmGpuSink  *sink;
 
 	Assert(m->dim > 0 && m->gpu == NULL && m->host_rows);
@@ -291,8 +301,9 @@ KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 					  metric);
 	if (api == NULL)
 		return;
+	m->gpu_raise = choice == KM_ENGINE_GPU;
 	sink = KmGpuSinkCreate(api, m->context, m->dim, m->weighted,
-						   Max(expected_rows, m->n), !keep_host);
+						   Max(expected_rows, m->n), m->gpu_raise);
 	if (sink == NULL)
 		return;
 
@@ -300,7 +311,7 @@ KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 		for (int64 i = 0; i < m->chunks[c].n; i++)
 			if (!KmGpuSinkPush(sink, m->chunks[c].x + (Size) i * m->dim, m->dim,
 							   m->chunks[c].w != NULL ? m->chunks[c].w[i] : 1.0f,
-							   !keep_host))
+							   m->gpu_raise))
 				return;
 	m->gpu = sink;
 
