@@ -185,11 +185,11 @@ km_cost_to_distance(double cost, int cosine)
 KM_HD float
 km_filter_slack(int d, float xnorm, float cmax)
 {
-	double		r = (double) xnorm + (double) cmax;
+	float		r = xnorm + cmax;
 
-	if (!(r * r < 0x1p126))
+	if (!(r < 0x1p63f))			/* r^2 >= 2^126 (or NaN) */
 		return INFINITY;
-	return (float) (2.5 * (double) (d + 8) * 5.9604645e-8 * r * r);
+	return 2.5f * (float) (d + 8) * 5.9604645e-8f * r * r;
 }
 
 #endif							/* KM_EXACT_H */
