@@ -32,6 +32,7 @@
  * cudaMalloc that every exit path frees.
  */
 #include "gpu_internal.cuh"
+#include "seed_pp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -84,6 +85,7 @@ typedef struct kmg_shape
 	int			centrable;		/* l2 on a fused pass that centres (narrow, wide) */
 	size_t		sort_bytes;
 	int			seed_blocks;
+	int			dq;				/* k-means++ int8 shadow row bytes; 0: none */
 } kmg_shape;
 
 typedef struct kmg_work
@@ -99,6 +101,7 @@ typedef struct kmg_work
 	float	   *mu;				/* dp floats: the centring, when centrable */
 	void	   *stats_work;
 	kmg_seed_bufs sb;
+	int			pp_shift;		/* scale of the k-means++ potentials (seed_pp.h) */
 } kmg_work;
 
 static size_t
@@ -185,10 +188,15 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	if (sh->pp)
 	{
 		w->sb.d2 = (float *) kmg_carve(&c, (size_t) n * sizeof(float));
-		w->sb.dist = (float *) kmg_carve(&c, (size_t) sh->L * n * sizeof(float));
-		w->sb.nblocks = sh->seed_blocks;
-		w->sb.part = kmg_carve(&c, kmg_pp_part_bytes(sh->seed_blocks));
-		w->sb.state = kmg_carve(&c, 1024);
+		if (sh->dq > 0)
+		{
+			w->sb.q8 = (signed char *) kmg_carve(&c, (size_t) n * sh->dq);
+			w->sb.qn = (int *) kmg_carve(&c, (size_t) n * sizeof(int));
+			w->sb.qr = (float *) kmg_carve(&c, (size_t) n * sizeof(float));
+		}
+		w->sb.dq = sh->dq;
+		kmg_pp_carve(&w->sb, (char *) kmg_carve(&c, kmg_pp_fixed_bytes(sh->seed_blocks, sh->L)),
+					 sh->seed_blocks, sh->L);
 	}
 	return c.off + 256;
 }
@@ -225,13 +233,15 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 	sh->centrable = !cosine && sh->plan.ok &&
 		(sh->plan.kind == KMG_PLAN_NARROW || sh->plan.kind == KMG_PLAN_WIDE);
 	{
-		int64_t		b = (n + 255) / 256;
+		/* k-means++ units: tiles of 128 rows, at most 8 blocks an SM, 1024 in all */
+		int64_t		b = (n + 127) / 128;
 
 		if (b > (int64_t) sms * 8)
 			b = (int64_t) sms * 8;
 		if (b > 1024)
 			b = 1024;
 		sh->seed_blocks = (int) (b < 1 ? 1 : b);
+		sh->dq = sh->pp && getenv("KMG_PP_NOSHADOW") == NULL ? kmg_pp_dq(sh->dp) : 0;
 	}
 	/* CUB's scratch: asked for when the device is up, else a safe guess */
 	if (dev != NULL)
@@ -306,6 +316,8 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 	/* the narrow pass's order-free sums: |sum w x| <= n max w max |x| */
 	w->a.sshift = km_fix_scale((double) st.wmax * (double) st.xabsmax * 1.01 + 1e-300, sh->n).shift;
 	w->a.wshift = km_fix_scale((double) st.wmax * 1.01 + 1e-300, sh->n).shift;
+	/* k-means++ potentials: terms w D2 <= wmax 4 xmax2 (seed_pp.h) */
+	w->pp_shift = kmg_pp_shift(st.wmax, st.xmax2, sh->n);
 	return e;
 }
 
@@ -340,6 +352,7 @@ typedef struct kmg_fit
 	cudaEvent_t ev[2];
 	cudaGraphExec_t graph;		/* graph_iters iterations, or NULL */
 	int			graph_iters;
+	cudaGraphExec_t ppgraph;	/* KMG_PP_GRAPH k-means++ units, or NULL */
 	void	   *arena;
 	char	   *pin;			/* pinned snapshots: 2 x (ctl + stats) */
 	size_t		snap_bytes;
@@ -350,6 +363,9 @@ typedef struct kmg_fit
 } kmg_fit;
 
 #define KMG_GRAPH_ITERS 4
+
+/* k-means++ units per captured graph */
+#define KMG_PP_GRAPH 16
 
 /* The kernels of one Lloyd iteration. */
 static cudaError_t
@@ -450,43 +466,118 @@ kmg_seed(kmg_fit *f, int run, km_error *err)
 	}
 	else
 	{
-		double		last = kmg_now();
-		int			batch = 8;
+		/*
+		 * k-means++ (seed.cu): units are queued in batches, two in flight;
+		 * after each batch the head of the device state (a few bytes) says
+		 * how far the seeding got, so the host reports, polls, sizes the
+		 * next batch to about 50 ms, and queues exactly the units still
+		 * needed (one a step, plus a SELECT where a threshold missed).
+		 */
+		const kmg_seed_bufs *sb = &f->w.sb;
+		const char *venv = getenv("KMG_VERBOSE");
+		const int	verbose = venv != NULL && venv[0] == '1';
+		const double t0 = kmg_now();
+		double		last = t0,
+					last_done = 0.0;
+		int64_t		queued = 0,		/* units queued after kmg_pp_begin */
+					known = 0,		/* of which the last snapshot has seen */
+					need = k - 1;	/* units still needed after those */
+		int64_t		bq[2] = {0, 0};
+		int			bm[2] = {0, 0};
+		double		bt[2] = {0, 0};
+		int			inflight = 0,
+					head = 0,
+					batch = 32;
+		kmg_pp_head h;
 
-		for (int s0 = 0; s0 < k;)
+		memset(&h, 0, sizeof(h));
+		KMG_CK(kmg_pp_begin(a, sb, p->seed, run, f->w.pp_shift, f->s));
+		for (;;)
 		{
-			const int	s1 = s0 + batch < k ? s0 + batch : k;
-			double		tb = kmg_now();
-
-			for (int s = s0; s < s1; s++)
-				KMG_CK(kmg_pp_step(a, &f->w.sb, s, f->sh.L, km_stream(p->seed, run, s), f->s));
-			KMG_CK(cudaEventRecord(f->ev[0], f->s));
-			KMG_CK(cudaEventSynchronize(f->ev[0]));
-			s0 = s1;
+			while (inflight < 2)
 			{
-				/* batches of about 0.1 s */
-				double		per = (kmg_now() - tb) / (double) batch;
+				const int64_t want = known + need - queued;
+				const int	slot = (head + inflight) % 2;
+				int			m,
+							i = 0;
 
-				batch = per > 0.0 ? (int) (0.1 / per) : 256;
-				if (batch < 1)
-					batch = 1;
-				if (batch > 256)
-					batch = 256;
+				if (want <= 0)
+					break;
+				m = (int) (want < batch ? want : batch);
+				while (i < m)
+				{
+					if (f->ppgraph != NULL && m - i >= KMG_PP_GRAPH)
+					{
+						KMG_CK(cudaGraphLaunch(f->ppgraph, f->s));
+						i += KMG_PP_GRAPH;
+					}
+					else
+					{
+						KMG_CK(kmg_pp_units(a, sb, 1, f->s));
+						i++;
+					}
+				}
+				queued += m;
+				KMG_CK(cudaMemcpyAsync(f->pin + slot * f->snap_bytes, sb->state, sizeof(kmg_pp_head),
+									   cudaMemcpyDeviceToHost, f->s));
+				KMG_CK(cudaEventRecord(f->ev[slot], f->s));
+				bq[slot] = queued;
+				bm[slot] = m;
+				bt[slot] = kmg_now();
+				inflight++;
 			}
-			if (kmg_now() - last >= 0.5 || s0 == k)
+			if (inflight == 0)
+				break;
+			KMG_CK(cudaEventSynchronize(f->ev[head]));
+			memcpy(&h, f->pin + head * f->snap_bytes, sizeof(h));
+			known = bq[head];
+			need = h.s >= k ? 0 : (int64_t) (k - h.s) + (h.phase == KMG_PP_SELECT ? 1 : 0);
+			{
+				/* the queue was kept full: a batch took the time since the last one */
+				const double now = kmg_now();
+				const double dt = now - (last_done > 0.0 ? last_done : bt[head]);
+
+				if (bm[head] >= 16 && dt > 0.0)
+				{
+					int			want = (int) (0.05 * bm[head] / dt);
+
+					want = want / KMG_PP_GRAPH * KMG_PP_GRAPH;
+					batch = want < 32 ? 32 : want > 8192 ? 8192 : want;
+				}
+				last_done = now;
+			}
+			head = (head + 1) % 2;
+			inflight--;
+			if (h.s < k && kmg_now() - last >= 0.5)
 			{
 				km_progress pr;
 
 				memset(&pr, 0, sizeof(pr));
 				pr.phase = KM_PHASE_SEED;
 				pr.run = run;
-				pr.done = s0;
+				pr.done = h.s;
 				pr.total = k;
 				last = kmg_now();
 				if (kmg_report(f, &pr))
 					return kmg_set_error(err, KM_ERR_CANCELLED, "cancelled");
 			}
 			if (kmg_poll(f->hooks))
+				return kmg_set_error(err, KM_ERR_CANCELLED, "cancelled");
+		}
+		if (verbose)
+			fprintf(stderr, "kmg: k-means++ run %d: %d centroids in %.3f ms, %d units (%d SELECT after a missed threshold, "
+					"%d filtered, %d dense, %u exact pairs in the filtered ones), grid %d x %d, L %d, dq %d\n",
+					run, k, 1e3 * (kmg_now() - t0), h.units, h.selects, h.filtered, h.dense,
+					h.pairs_lo, sb->grid, 128, sb->L, sb->q8 != NULL ? sb->dq : 0);
+		{
+			km_progress pr;
+
+			memset(&pr, 0, sizeof(pr));
+			pr.phase = KM_PHASE_SEED;
+			pr.run = run;
+			pr.done = k;
+			pr.total = k;
+			if (kmg_report(f, &pr))
 				return kmg_set_error(err, KM_ERR_CANCELLED, "cancelled");
 		}
 	}
@@ -520,6 +611,30 @@ kmg_make_graph(kmg_fit *f)
 		cudaGraphInstantiate(&f->graph, g, 0) != cudaSuccess)
 	{
 		f->graph = NULL;
+		(void) cudaGetLastError();
+	}
+	if (g != NULL)
+		(void) cudaGraphDestroy(g);
+}
+
+/* Capture KMG_PP_GRAPH k-means++ units (NULL on failure: units go one by one). */
+static void
+kmg_make_pp_graph(kmg_fit *f)
+{
+	cudaGraph_t g = NULL;
+	cudaError_t e;
+
+	f->ppgraph = NULL;
+	if (cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed) != cudaSuccess)
+	{
+		(void) cudaGetLastError();
+		return;
+	}
+	e = kmg_pp_units(&f->w.a, &f->w.sb, KMG_PP_GRAPH, f->s);
+	if (cudaStreamEndCapture(f->s, &g) != cudaSuccess || e != cudaSuccess || g == NULL ||
+		cudaGraphInstantiate(&f->ppgraph, g, 0) != cudaSuccess)
+	{
+		f->ppgraph = NULL;
 		(void) cudaGetLastError();
 	}
 	if (g != NULL)
@@ -803,6 +918,8 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	double	   *hcl = NULL;
 	double		best_inertia = 0.0;
 	size_t		bytes;
+	const char *seed_env = getenv("KMG_SEED_ONLY");
+	const int	seed_only = seed_env != NULL && seed_env[0] == '1';
 
 	memset(&f, 0, sizeof(f));
 	f.t0 = kmg_now();
@@ -869,6 +986,11 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 		}
 	}
 	kmg_make_graph(&f);
+	if (f.sh.pp)
+	{
+		KMG_CK(kmg_pp_prepare(&f.w.sb, f.sh.dp, dev->sms));
+		kmg_make_pp_graph(&f);
+	}
 
 	for (int run = 0; run < params->n_init; run++)
 	{
@@ -896,7 +1018,10 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 		KMG_CK(kmg_fill_int(f.w.a.labels, rows->n, -1, 0, f.s));
 		KMG_CK(cudaStreamSynchronize(f.s));
 
-		if ((st = kmg_lloyd(&f, run, &stop, &iters, &relocated, err)) != KM_OK)
+		/* KMG_SEED_ONLY=1 (tests): the seeds themselves, with their labels */
+		if (seed_only)
+			stop = KMG_STOP_MAXITER;
+		else if ((st = kmg_lloyd(&f, run, &stop, &iters, &relocated, err)) != KM_OK)
 			goto done;
 
 		/* the final pass: labels for the final centroids, exact costs */
@@ -968,6 +1093,8 @@ done:
 		(void) cudaStreamSynchronize(f.s);
 	if (f.graph != NULL)
 		(void) cudaGraphExecDestroy(f.graph);
+	if (f.ppgraph != NULL)
+		(void) cudaGraphExecDestroy(f.ppgraph);
 	if (f.ev[0] != NULL)
 		(void) cudaEventDestroy(f.ev[0]);
 	if (f.ev[1] != NULL)

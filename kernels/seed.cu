@@ -3,89 +3,68 @@
  *	  Initial centroids on the device: random rows and greedy k-means++,
  *	  both by the order-free sampling keys of km_hash.h.
  *
- * Plain C reference: km_ref_seed in kernels/bench/ref_kmeans.c (the rules
- * of src/engine/cpu_seed.c), compared by bench_engine.cu.
+ * Plain C reference: ref_seed in kernels/bench/ref_kmeans.c (the rules of
+ * src/engine/cpu_seed.c, the arithmetic of seed_pp.h), compared bit for bit
+ * by bench_engine.cu.
  *
  * Random: key_i = km_sample_key(h_i, stream(seed, run, 0), w_i); a stable
  * radix sort of (key, row) gives the k smallest keys, ties to the lower row.
  *
- * k-means++, step s (0-based; L = 1 at step 0, else 2 + (int) ln k):
- *	select:    D2_i = min(D2_i, dist_i to the last winner) (s >= 2; at s = 1
- *	           D2 is the distance to the first centroid), keys under w D2
- *	           (w alone at s = 0), each block's L smallest (key, row), and
- *	           the smallest key under w for the no-candidate fallback;
- *	merge:     one block: the L smallest over the blocks, those with a
- *	           finite key are the candidates (else the fallback row);
- *	potential: dist_i to every candidate (kept for the next select), and
- *	           per block sum w min(D2, dist) per candidate;
- *	choose:    one block: potentials added in block order, lowest wins (ties:
- *	           the smaller key, i.e. the earlier candidate); the row becomes
- *	           centroid s.
- * D2 and dist are float sums of (x - c)^2 in index order, no FMA (the CPU
- * engine's filter arithmetic differs in rounding, so a near-tie between two
- * candidates' potentials may go another way there; labels stay exact).
+ * k-means++ (greedy, L = 2 + (int) ln k candidates a step):
+ *	step 0:  the row with the smallest key under w;
+ *	step s:  the L smallest finite keys under w D2 (stream s) are the
+ *	         candidates (none finite: the smallest key under w); the one
+ *	         leaving the lowest potential sum w min(D2, d) wins (ties: the
+ *	         smaller key); D2 = min(D2, d to the winner).
+ * D2 and the potentials are seed_pp.h's: float chains (equal rows give 0),
+ * integer sums (order-free), so the seeds depend neither on the row order
+ * nor on how the rows are split over blocks.
  *
- * Why it is fast enough: a step reads X once (the potential pass), keeps
- * the per-row state in D2 and dist (4 (L + 1) bytes a row), and all four
- * kernels are queued without a host round trip; the host only syncs between
- * batches of steps to report progress and poll.
+ * How a step runs: one launch of kmg_pp_unit_kernel ("a unit") per step,
+ * all state on the device.  A unit reads the state the previous one left,
+ * makes one pass over the rows and its last block decides the next state,
+ * so the host only queues units (in CUDA graphs) and reads a few bytes
+ * between batches, for progress and cancellation.  Unit kinds:
+ *	EVAL s:  candidates of step s known.  Per row: D2 <- min(D2, d(prev))
+ *	         (prev = the winner of step s - 1), d to each candidate, the
+ *	         potentials, and for each candidate l the keys the row would have
+ *	         at step s + 1 had l won (w min(D2, d_l), stream s + 1); rows
+ *	         with a key under the threshold tau = 16 L / potential go to a
+ *	         list per candidate (about 16 L rows expected, 1024 kept).  The
+ *	         last block picks the winner; the L smallest keys of its list are
+ *	         the next candidates when all L are under tau (then no row
+ *	         outside the list can beat them), else the next unit is a
+ *	         SELECT.  One pass a step, and no n x L distance buffer.
+ *	SELECT s: D2 <- min(D2, d(prev)), then the exact L smallest keys (per
+ *	         block, merged by the last block).  Runs at step 0 (keys under w),
+ *	         at step 1, and when a threshold missed (the potential dropped
+ *	         more than ~8x in one step, or fewer than L rows are left).
+ * Distances are exact in the float arithmetic above, but most need not be
+ * computed: only min(D2, d) matters, and d >= D2 is often certain from an
+ * int8 copy of the rows (the "shadow": fl(x - c0) * S rounded, S = 127 /
+ * max |x - c0|, built once per run after step 1).  With q = the shadow rows
+ * and r_x >= |S (x - c0) - q_x| (per row, stored), S |x - c| >=
+ * |q_x - q_c| - r_x - r_c, and |q_x - q_c|^2 is an exact integer (dp4a);
+ * when that bound puts d above D2 with a margin for the float rounding of
+ * d, min(D2, d) = D2 without computing d.  The rest (pairs of row and
+ * column) are computed exactly from the float rows.  Pruning never changes
+ * a result, only the work: a unit whose pairs were mostly unpruned makes
+ * the next 16 units dense (every distance, rows streamed once).
  */
 #include "gpu_internal.cuh"
+#include "seed_pp.h"
 
 #include <limits.h>
 #include <math.h>
 
-#define KMG_SEED_NT 256
+#define KMG_PP_NT 128			/* threads of a unit = rows of a tile */
+#define KMG_PP_CAP 1024			/* entries of a candidate's key list */
+#define KMG_PP_CT 16.0			/* threshold tau = CT * L / potential */
+#define KMG_PP_DENSE_FRAC 0.06	/* unpruned share above which units go dense */
+#define KMG_PP_DENSE_UNITS 16
+#define KMG_PP_RS 36			/* floats per row of a dense stage (32 + pad) */
 
-typedef struct kmg_pp_state
-{
-	int			ncand;
-	int			chosen;			/* index of the last winner among its candidates */
-	int			pad[2];
-	double		key[KMG_PP_LMAX];
-	int			row[KMG_PP_LMAX];
-} kmg_pp_state;
-
-/* (key, row) order: smaller key first, ties to the lower row. */
-__device__ __forceinline__ bool
-kmg_before(double ka, int ra, double kb, int rb)
-{
-	return ka < kb || (ka == kb && ra < rb);
-}
-
-/* Block-wide minimum of (key, row); every thread gets it. */
-__device__ void
-kmg_block_min(double &key, int &row, double *skey, int *srow)
-{
-	const int	tid = threadIdx.x;
-
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		double		ok = __shfl_xor_sync(0xffffffffu, key, o);
-		int			orow = __shfl_xor_sync(0xffffffffu, row, o);
-
-		if (kmg_before(ok, orow, key, row))
-		{
-			key = ok;
-			row = orow;
-		}
-	}
-	__syncthreads();
-	if ((tid & 31) == 0)
-	{
-		skey[tid >> 5] = key;
-		srow[tid >> 5] = row;
-	}
-	__syncthreads();
-	key = skey[0];
-	row = srow[0];
-	for (int w = 1; w < (int) (blockDim.x >> 5); w++)
-		if (kmg_before(skey[w], srow[w], key, row))
-		{
-			key = skey[w];
-			row = srow[w];
-		}
-}
+/* ---- random init ---- */
 
 /* Random init: every row's key under w. */
 __global__ void
@@ -133,390 +112,1354 @@ kmg_take_rows(const kmg_args *a, const int32_t *rows, int count, int c0, cudaStr
 	return cudaGetLastError();
 }
 
-/* Per-block outputs of select and potential. */
+/* ---- k-means++: state ---- */
+
+/* What a unit reads; only the last block of a unit writes it. */
+typedef struct kmg_pp_state
+{
+	kmg_pp_head h;
+	uint64_t	seed;
+	int			run;
+	int			shift;			/* potentials: terms times 2^shift (seed_pp.h) */
+	double		pscale;			/* 2^shift when a double holds it, else 0 */
+	float		fac;			/* filter: margin on D2 for the rounding of d */
+	int			has_prev;		/* fold column 0 (prev) into D2 first */
+	int			first;			/* prev is c0 and D2 is not set yet */
+	int			nod2;			/* step 0: keys under w alone */
+	int			ncand;
+	int			prev;			/* row of column 0 */
+	int			c0;
+	int			filter;			/* the shadow is built */
+	int			dense_left;		/* units to run dense before trying the filter */
+	float		qscale;			/* S */
+	float		qmax;			/* max |fl(x - c0)| (from the first SELECT) */
+	int			pad;
+	double		tau;			/* keys under this go to the lists */
+	double		phi;			/* potential of the current D2 */
+	int			cand[KMG_PP_LMAX];
+	double		ckey[KMG_PP_LMAX];
+} kmg_pp_state;
+
+/* What the blocks of a unit add up; the last block reads and clears it. */
+typedef struct kmg_pp_acc
+{
+	unsigned long long pot[KMG_PP_LMAX + 1];	/* [0]: sum w D2; [1 + l]: candidate l */
+	unsigned long long pairs;	/* exact distances of a filtered unit */
+	int			lcount[KMG_PP_LMAX];
+	unsigned int ticket;
+	unsigned int qmax_bits;
+} kmg_pp_acc;
+
+/* A block's smallest keys (SELECT units). */
 typedef struct kmg_pp_part
 {
 	double		key[KMG_PP_LMAX];
 	int			row[KMG_PP_LMAX];
-	double		fkey;			/* fallback */
+	double		fkey;			/* smallest key under w alone */
 	int			frow;
 	int			pad;
-	double		pot[KMG_PP_LMAX];
 } kmg_pp_part;
 
-size_t
-kmg_pp_part_bytes(int nblocks)
+typedef struct kmg_pp_args
 {
-	return (size_t) nblocks * sizeof(kmg_pp_part) + sizeof(kmg_pp_state);
+	const float *X;				/* n x dp filter rows */
+	const float *W;
+	const uint64_t *hashes;
+	float	   *d2;
+	signed char *q8;			/* n x dq */
+	int		   *qn;
+	float	   *qr;
+	float	   *C;
+	double	   *lkey;
+	int		   *lrow;
+	kmg_pp_part *part;
+	kmg_pp_state *state;
+	kmg_pp_acc *acc;
+	int64_t		n;
+	int			d;
+	int			dp;
+	int			dq;				/* 0: no filter */
+	int			k;
+	int			L;
+} kmg_pp_args;
+
+int
+kmg_pp_dq(int dp)
+{
+	const int	dq = KMG_ROUND_UP(dp, 32);
+
+	return dq <= KMG_PP_QMAX ? dq : 0;
 }
 
-/*
- * Select (see the file header).  Each thread keeps its L smallest keys
- * sorted in a small local array (an insertion is rare once it is full);
- * the block then pops the overall smallest L times.
- */
-__global__ void __launch_bounds__(KMG_SEED_NT)
-kmg_pp_select_kernel(kmg_args a, const uint64_t *__restrict__ hashes, float *__restrict__ d2,
-					 const float *__restrict__ dist, kmg_pp_part *part,
-					 const kmg_pp_state *state, int step, int L, uint64_t stream_key)
+/* Device bytes of the small buffers (lists, parts, state, accumulators). */
+size_t
+kmg_pp_fixed_bytes(int nblocks, int L)
 {
-	__shared__ double skey[KMG_SEED_NT / 32];
-	__shared__ int srow[KMG_SEED_NT / 32];
-	double		lk[KMG_PP_LMAX];
-	int			lr[KMG_PP_LMAX];
-	int			cnt = 0;
-	double		fk = INFINITY;
-	int			fr = INT_MAX;
-	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
-	const float *dprev = NULL;
+	return (size_t) L * KMG_PP_CAP * (sizeof(double) + sizeof(int)) +
+		(size_t) nblocks * sizeof(kmg_pp_part) + sizeof(kmg_pp_state) + sizeof(kmg_pp_acc) + 1024;
+}
 
-	if (step >= 1)
-		dprev = dist + (size_t) (step == 1 ? 0 : state->chosen) * a.n;
+void
+kmg_pp_carve(kmg_seed_bufs *sb, char *base, int nblocks, int L)
+{
+	size_t		o = 0;
 
-	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride)
+	sb->lkey = (double *) (base + o);
+	o += (size_t) L * KMG_PP_CAP * sizeof(double);
+	sb->lrow = (int *) (base + o);
+	o += KMG_ROUND_UP((size_t) L * KMG_PP_CAP * sizeof(int), 256);
+	sb->part = base + o;
+	o += KMG_ROUND_UP((size_t) nblocks * sizeof(kmg_pp_part), 256);
+	sb->state = base + o;
+	o += KMG_ROUND_UP(sizeof(kmg_pp_state), 256);
+	sb->acc = base + o;
+	sb->nblocks = nblocks;
+	sb->L = L;
+}
+
+/* ---- k-means++: device helpers ---- */
+
+__device__ __forceinline__ void
+kmg_pp_cp16(void *smem, const void *gmem, int src_bytes)
+{
+	unsigned	s = (unsigned) __cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
+}
+
+__device__ __forceinline__ void
+kmg_pp_commit()
+{
+	asm volatile("cp.async.commit_group;\n"::);
+}
+
+__device__ __forceinline__ void
+kmg_pp_wait1()
+{
+	asm volatile("cp.async.wait_group 1;\n":::"memory");
+}
+
+/* (key, row) order: smaller key first, ties to the lower row. */
+__device__ __forceinline__ bool
+kmg_before(double ka, int ra, double kb, int rb)
+{
+	return ka < kb || (ka == kb && ra < rb);
+}
+
+/* Block-wide minimum of (key, row) over the KMG_PP_NT threads; all get it. */
+__device__ void
+kmg_pp_block_min(double &key, int &row, double *skey, int *srow)
+{
+	const int	tid = threadIdx.x;
+
+	for (int o = 16; o > 0; o >>= 1)
 	{
-		const double w = a.W != NULL ? (double) a.W[i] : 1.0;
-		double		key;
+		double		ok = __shfl_xor_sync(0xffffffffu, key, o);
+		int			orow = __shfl_xor_sync(0xffffffffu, row, o);
 
-		if (step == 0)
-			key = km_sample_key(hashes[i], stream_key, w);
-		else
+		if (kmg_before(ok, orow, key, row))
 		{
-			float		v = dprev[i];
-
-			if (step >= 2)
-			{
-				float		o = d2[i];
-
-				v = v < o ? v : o;
-			}
-			d2[i] = v;
-			if (!(w > 0.0))
-				continue;
-			key = km_sample_key(hashes[i], stream_key, w * (double) v);
-			{
-				double		kf = km_sample_key(hashes[i], stream_key, w);
-
-				if (kmg_before(kf, (int) i, fk, fr))
-				{
-					fk = kf;
-					fr = (int) i;
-				}
-			}
+			key = ok;
+			row = orow;
 		}
-		if (cnt == L && !kmg_before(key, (int) i, lk[L - 1], lr[L - 1]))
-			continue;
+	}
+	__syncthreads();
+	if ((tid & 31) == 0)
+	{
+		skey[tid >> 5] = key;
+		srow[tid >> 5] = row;
+	}
+	__syncthreads();
+	key = skey[0];
+	row = srow[0];
+	for (int w = 1; w < KMG_PP_NT / 32; w++)
+		if (kmg_before(skey[w], srow[w], key, row))
 		{
-			int			p = cnt < L ? cnt++ : L - 1;
+			key = skey[w];
+			row = srow[w];
+		}
+}
 
-			while (p > 0 && kmg_before(key, (int) i, lk[p - 1], lr[p - 1]))
+/* A potential term (seed_pp.h's kmg_pp_term, with the scale precomputed). */
+__device__ __forceinline__ unsigned long long
+kmg_pp_term_dev(float w, float m, const kmg_pp_state &st)
+{
+	if (st.pscale > 0.0)
+	{
+		/* w * m is exact; times a power of two, exact unless it leaves the range */
+		double		v = __dmul_rn(__dmul_rn((double) w, (double) m), st.pscale);
+
+		if (!(v >= 1.0))
+			return 0ull;
+		if (v > 0x1p62)
+			v = 0x1p62;
+		return __double2ull_rz(v);
+	}
+	return kmg_pp_term(w, m, st.shift);
+}
+
+/* D2 of a float row (global) and a column (shared), seed_pp.h's chains. */
+__device__ __forceinline__ float
+kmg_pp_exact(const float *__restrict__ x, const float *c, int dp)
+{
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const float4 *c4 = reinterpret_cast<const float4 *>(c);
+	float		a0 = 0.0f,
+				a1 = 0.0f,
+				a2 = 0.0f,
+				a3 = 0.0f;
+
+#pragma unroll 4
+	for (int g = 0; g < dp / 4; g++)
+	{
+		const float4 xv = __ldg(x4 + g);
+		const float4 cv = c4[g];
+
+		a0 = kmg_pp_step(a0, xv.x, cv.x);
+		a1 = kmg_pp_step(a1, xv.y, cv.y);
+		a2 = kmg_pp_step(a2, xv.z, cv.z);
+		a3 = kmg_pp_step(a3, xv.w, cv.w);
+	}
+	return kmg_pp_join(a0, a1, a2, a3);
+}
+
+/* What each thread of a unit carries over its rows. */
+template <int LB>
+struct kmg_pp_thr
+{
+	unsigned long long pot[LB + 1];
+	double		fk;
+	int			fr;
+	int			cnt;			/* SELECT: keys held */
+	float		amax;			/* first SELECT: max |x - c0| */
+	unsigned int pairs;
+};
+
+/*
+ * The end of one row (both pipelines): dist[0] = d to prev, dist[1 + l] = d
+ * to candidate l (+inf where the filter proved d >= D2, which gives the same
+ * minima).
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_next,
+		   uint64_t stream, int64_t r, const float (&dist)[LB + 1], kmg_pp_thr<LB> &t,
+		   double *lk, int *lr)
+{
+	const float w = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+
+	if (!(w > 0.0f))
+		return;
+	if (st.nod2)
+	{
+		const double fk = km_sample_key(__ldg(a.hashes + r), stream, (double) w);
+
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		{
+			t.fk = fk;
+			t.fr = (int) r;
+		}
+		return;
+	}
+
+	const float d2o = st.first ? INFINITY : __ldcg(a.d2 + r);
+	float		d2n = d2o;
+
+	if (st.has_prev)
+	{
+		d2n = dist[0] < d2o ? dist[0] : d2o;
+		if (d2n != d2o)
+			a.d2[r] = d2n;
+	}
+	t.pot[0] += kmg_pp_term_dev(w, d2n, st);
+	if (select)
+	{
+		const uint64_t h = __ldg(a.hashes + r);
+		const double key = km_sample_key(h, stream, (double) w * (double) d2n);
+		const double fk = km_sample_key(h, stream, (double) w);
+		const int	L = a.L;
+
+		if (isfinite(key) && (t.cnt < L || kmg_before(key, (int) r, lk[L - 1], lr[L - 1])))
+		{
+			int			p = t.cnt < L ? t.cnt++ : L - 1;
+
+			while (p > 0 && kmg_before(key, (int) r, lk[p - 1], lr[p - 1]))
 			{
 				lk[p] = lk[p - 1];
 				lr[p] = lr[p - 1];
 				p--;
 			}
 			lk[p] = key;
-			lr[p] = (int) i;
+			lr[p] = (int) r;
 		}
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		{
+			t.fk = fk;
+			t.fr = (int) r;
+		}
+		return;
 	}
 
-	/* the block's L smallest: pop the head L times */
 	{
-		int			head = 0;
-		kmg_pp_part *out = part + blockIdx.x;
+		float		m[LB];
 
-		for (int l = 0; l < L; l++)
+#pragma unroll
+		for (int l = 0; l < LB; l++)
+			if (l < st.ncand)
+			{
+				m[l] = dist[1 + l] < d2n ? dist[1 + l] : d2n;
+				t.pot[1 + l] += kmg_pp_term_dev(w, m[l], st);
+			}
+		if (keys_next)
 		{
-			double		key = head < cnt ? lk[head] : INFINITY;
-			int			row = head < cnt ? lr[head] : INT_MAX;
-			const int	mine = row;
+			const uint64_t h = __ldg(a.hashes + r);
+			const double u = km_uniform(h, stream);
+			const double xd = st.tau * (double) w * (double) d2n;
 
-			kmg_block_min(key, row, skey, srow);
-			if (row == mine && head < cnt && row != INT_MAX)
+			/*
+			 * Every key of this row is at least -ln(u) / (w D2); when u <=
+			 * exp(-1.01 tau w D2) (less a margin for the float exp), none is
+			 * under tau.  Only ~16 L rows a candidate get past this.
+			 */
+			if (xd > 0.0 && u > (double) (__expf((float) (-1.01 * xd)) * 0.9999f))
+			{
+#pragma unroll
+				for (int l = 0; l < LB; l++)
+					if (l < st.ncand)
+					{
+						const double key = km_sample_key(h, stream, (double) w * (double) m[l]);
+
+						if (key < st.tau)
+						{
+							const int	i = atomicAdd(&a.acc->lcount[l], 1);
+
+							if (i < KMG_PP_CAP)
+							{
+								a.lkey[(size_t) l * KMG_PP_CAP + i] = key;
+								a.lrow[(size_t) l * KMG_PP_CAP + i] = (int) r;
+							}
+						}
+					}
+			}
+		}
+	}
+}
+
+/* Shared memory of a unit (dynamic part), bytes. */
+static size_t
+kmg_pp_smem_bytes(int lb, int dp, int dq)
+{
+	const int	nc = lb + 1;
+	const size_t dense = 2 * (size_t) (KMG_PP_NT * KMG_PP_RS + nc * 32) * sizeof(float);
+	size_t		filt = 0;
+
+	if (dq > 0)
+		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * dp * sizeof(float) +
+			(size_t) nc * dq + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
+	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 4096 + 64;
+}
+
+/* ---- k-means++: the unit ---- */
+
+template <int LB>
+__global__ void __launch_bounds__(KMG_PP_NT, LB <= 8 ? 4 : 2)
+kmg_pp_unit_kernel(kmg_pp_args a)
+{
+	extern __shared__ __align__(16) unsigned char smem[];
+	__shared__ kmg_pp_state st;
+	__shared__ int colrow[LB + 1];
+	__shared__ int cqn[LB + 1];
+	__shared__ float cqr[LB + 1];
+	__shared__ unsigned long long sred[KMG_PP_NT / 32][LB + 1];
+	__shared__ double skey[KMG_PP_NT / 32];
+	__shared__ int srow[KMG_PP_NT / 32];
+	__shared__ int wsum[KMG_PP_NT / 32];
+	__shared__ float samax[KMG_PP_NT / 32];
+	__shared__ unsigned int spairs[KMG_PP_NT / 32];
+	__shared__ int s_last;
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	constexpr int NC = LB + 1;
+
+	/* the state the previous unit left (only ever written by a last block) */
+	for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
+		reinterpret_cast<int *>(&st)[i] = __ldcg(reinterpret_cast<const int *>(a.state) + i);
+	__syncthreads();
+	if (st.h.s >= a.k)
+		return;
+
+	const int64_t n = a.n;
+	const int	dp = a.dp;
+	const int	select = st.h.phase == KMG_PP_SELECT;
+	const int	keys_next = !select && st.h.s + 1 < a.k;
+	const uint64_t stream = km_stream(st.seed, st.run, select ? st.h.s : st.h.s + 1);
+	const int	use_filter = st.filter && st.dense_left == 0 && !st.first && !st.nod2 &&
+		a.dq > 0;
+	unsigned int cmask = 0;		/* active columns */
+
+	if (!st.nod2)
+	{
+		if (st.has_prev)
+			cmask |= 1u;
+		if (!select)
+			for (int l = 0; l < st.ncand && l < LB; l++)
+				cmask |= 2u << l;
+	}
+	if (tid < NC)
+		colrow[tid] = tid == 0 ? st.prev : (tid - 1 < st.ncand ? st.cand[tid - 1] : 0);
+
+	kmg_pp_thr<LB> t;
+	double		lk[KMG_PP_LMAX];
+	int			lr[KMG_PP_LMAX];
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+		t.pot[c] = 0ull;
+	t.fk = INFINITY;
+	t.fr = INT_MAX;
+	t.cnt = 0;
+	t.amax = 0.0f;
+	t.pairs = 0;
+	__syncthreads();
+
+	const int64_t ntiles = (n + KMG_PP_NT - 1) / KMG_PP_NT;
+	const int64_t mine = (int64_t) blockIdx.x < ntiles
+		? (ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+
+	if (st.nod2)
+	{
+		/* step 0: no distances */
+		const float dist[NC] = {};
+
+		for (int64_t ti = 0; ti < mine; ti++)
+		{
+			const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
+
+			if (r < n)
+				kmg_pp_row<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
+		}
+	}
+	else if (!use_filter)
+	{
+		/*
+		 * Dense: slabs of 32 floats of 128 rows (and of the columns), two
+		 * stages of cp.async; a thread owns a row and carries its NC x 4
+		 * chains across the slabs.
+		 */
+		const int	nslab = (dp + 31) >> 5;
+		const int64_t K = mine * nslab;
+		const int	SLOT = KMG_PP_NT * KMG_PP_RS + NC * 32;
+		float	   *ring = reinterpret_cast<float *>(smem);
+		float		acc[NC][4];
+
+		auto stage = [&](int64_t kk) {
+			const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+			const int	j = (int) (kk % nslab);
+			float	   *dst = ring + (kk & 1) * SLOT;
+
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+			{
+				const int	c = tid + KMG_PP_NT * u;
+				const int	i = c >> 3,
+							q = c & 7;
+				const int64_t r = tile * KMG_PP_NT + i;
+				const int	col = 32 * j + 4 * q;
+				const bool	ok = r < n && col < dp;
+
+				kmg_pp_cp16(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
+							ok ? 16 : 0);
+			}
+			for (int c = tid; c < NC * 8; c += KMG_PP_NT)
+			{
+				const int	cc = c >> 3,
+							q = c & 7;
+				const int	col = 32 * j + 4 * q;
+				const bool	ok = ((cmask >> cc) & 1u) && col < dp;
+
+				kmg_pp_cp16(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
+							ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
+			}
+		};
+
+		if (K > 0)
+			stage(0);
+		kmg_pp_commit();
+		for (int64_t kk = 0; kk < K; kk++)
+		{
+			const int	j = (int) (kk % nslab);
+			const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+			const int64_t r = tile * KMG_PP_NT + tid;
+			const float *slot = ring + (kk & 1) * SLOT;
+			const float *xr = slot + tid * KMG_PP_RS;
+			const float *cs = slot + KMG_PP_NT * KMG_PP_RS;
+			const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
+			const bool	amax_on = st.first && r < n;
+
+			if (kk + 1 < K)
+				stage(kk + 1);
+			kmg_pp_commit();
+			kmg_pp_wait1();
+			__syncthreads();
+			if (j == 0)
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				if (q < gn)
+				{
+					const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
+
+#pragma unroll
+					for (int c = 0; c < NC; c++)
+						if ((cmask >> c) & 1u)
+						{
+							const float4 cv = *reinterpret_cast<const float4 *>(cs + c * 32 + 4 * q);
+
+							acc[c][0] = kmg_pp_step(acc[c][0], x.x, cv.x);
+							acc[c][1] = kmg_pp_step(acc[c][1], x.y, cv.y);
+							acc[c][2] = kmg_pp_step(acc[c][2], x.z, cv.z);
+							acc[c][3] = kmg_pp_step(acc[c][3], x.w, cv.w);
+							if (c == 0 && amax_on)
+								t.amax = fmaxf(t.amax,
+											   fmaxf(fmaxf(fabsf(__fsub_rn(x.x, cv.x)),
+														   fabsf(__fsub_rn(x.y, cv.y))),
+													 fmaxf(fabsf(__fsub_rn(x.z, cv.z)),
+														   fabsf(__fsub_rn(x.w, cv.w)))));
+						}
+				}
+			__syncthreads();
+			if (j == nslab - 1 && r < n)
+			{
+				float		dist[NC];
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+				kmg_pp_row<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+			}
+		}
+		asm volatile("cp.async.wait_group 0;\n":::"memory");
+	}
+	else
+	{
+		/*
+		 * Filter: int8 tiles (two stages), dp4a against the columns' shadow
+		 * rows, the bound test, then the unpruned (row, column) pairs of the
+		 * tile exactly, one thread a pair.
+		 */
+		const int	dq = a.dq;
+		const int	qs = dq + 16;
+		const int	nq = dq >> 4;
+		signed char *qring = reinterpret_cast<signed char *>(smem);
+		float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
+		signed char *colq = reinterpret_cast<signed char *>(colf + NC * dp);
+		int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
+		float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
+		const float S = st.qscale;
+
+		auto stage = [&](int64_t ti) {
+			const int64_t tile = blockIdx.x + ti * gridDim.x;
+			signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
+
+			for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
+			{
+				const int	i = c / nq,
+							q = c - i * nq;
+				const int64_t r = tile * KMG_PP_NT + i;
+				const bool	ok = r < n;
+
+				kmg_pp_cp16(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
+							ok ? 16 : 0);
+			}
+		};
+
+		/* the columns: float rows and shadow rows */
+		for (int i = tid; i < NC * dp; i += KMG_PP_NT)
+		{
+			const int	c = i / dp;
+
+			colf[i] = ((cmask >> c) & 1u) ? __ldg(a.X + (size_t) colrow[c] * dp + (i - c * dp)) : 0.0f;
+		}
+		for (int i = tid; i < NC * (dq / 4); i += KMG_PP_NT)
+		{
+			const int	c = i / (dq / 4);
+
+			reinterpret_cast<int *>(colq)[i] = ((cmask >> c) & 1u)
+				? __ldcg(reinterpret_cast<const int *>(a.q8 + (size_t) colrow[c] * dq) + (i - c * (dq / 4)))
+				: 0;
+		}
+		if (tid < NC)
+		{
+			cqn[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qn + colrow[tid]) : 0;
+			cqr[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qr + colrow[tid]) : 0.0f;
+		}
+		if (mine > 0)
+			stage(0);
+		kmg_pp_commit();
+		for (int64_t ti = 0; ti < mine; ti++)
+		{
+			const int64_t tile = blockIdx.x + ti * gridDim.x;
+			const int64_t r = tile * KMG_PP_NT + tid;
+			const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
+			int			dot[NC];
+			unsigned int mask = 0;
+
+			if (ti + 1 < mine)
+				stage(ti + 1);
+			kmg_pp_commit();
+			kmg_pp_wait1();
+			__syncthreads();
+#pragma unroll
+			for (int c = 0; c < NC; c++)
+				dot[c] = 0;
+			for (int u = 0; u < nq; u++)
+			{
+				const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((cmask >> c) & 1u)
+					{
+						const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
+
+						dot[c] = __dp4a(x.x, cv.x, dot[c]);
+						dot[c] = __dp4a(x.y, cv.y, dot[c]);
+						dot[c] = __dp4a(x.z, cv.z, dot[c]);
+						dot[c] = __dp4a(x.w, cv.w, dot[c]);
+					}
+			}
+			if (r < n && (a.W == NULL || __ldg(a.W + r) > 0.0f))
+			{
+				/*
+				 * S |x - c| >= sqrt(Dq) - (r_x + r_c); d >= |x - c|^2 (1 - eps)
+				 * (fac covers 1 / (1 - eps)); prune when that puts d at or
+				 * above D2 with room for the float steps of this test.
+				 */
+				const float d2o = __ldcg(a.d2 + r);
+				const float A = S * sqrtf(d2o * st.fac);
+				const int	qx = __ldcg(a.qn + r);
+				const float rx = __ldcg(a.qr + r);
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((cmask >> c) & 1u)
+					{
+						const float th = A + (rx + cqr[c]);
+						const int	dq2 = qx + cqn[c] - 2 * dot[c];
+
+						if (!((float) dq2 > th * th * 1.00001f))
+							mask |= 1u << c;
+					}
+			}
+			__syncthreads();	/* the stage is free for the copy after next */
+
+			/* list the tile's unpruned pairs (row-major), compute them */
+			{
+				const int	cnt = __popc(mask);
+				int			incl = cnt;
+				int			base = 0,
+							total = 0;
+
+				for (int o = 1; o < 32; o <<= 1)
+				{
+					const int	v = __shfl_up_sync(0xffffffffu, incl, o);
+
+					if (lane >= o)
+						incl += v;
+				}
+				if (lane == 31)
+					wsum[warp] = incl;
+				__syncthreads();
+				for (int w = 0; w < KMG_PP_NT / 32; w++)
+				{
+					base += w < warp ? wsum[w] : 0;
+					total += wsum[w];
+				}
+				{
+					int			o = base + incl - cnt;
+
+#pragma unroll
+					for (int c = 0; c < NC; c++)
+						if ((mask >> c) & 1u)
+							ids[o++] = (tid << 5) | c;
+				}
+				__syncthreads();
+				for (int p = tid; p < total; p += KMG_PP_NT)
+				{
+					const int	id = ids[p];
+					const int64_t r2 = tile * KMG_PP_NT + (id >> 5);
+
+					res[p] = kmg_pp_exact(a.X + (size_t) r2 * dp, colf + (id & 31) * dp, dp);
+				}
+				t.pairs += tid == 0 ? (unsigned int) total : 0u;
+				__syncthreads();
+				if (r < n)
+				{
+					float		dist[NC];
+					int			o = base + incl - cnt;
+
+#pragma unroll
+					for (int c = 0; c < NC; c++)
+						if ((mask >> c) & 1u)
+							dist[c] = res[o++];
+						else
+							dist[c] = INFINITY;
+					kmg_pp_row<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+				}
+			}
+		}
+		asm volatile("cp.async.wait_group 0;\n":::"memory");
+	}
+
+	/* ---- the block's sums, selections and counters ---- */
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+	{
+		unsigned long long v = t.pot[c];
+
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0)
+			sred[warp][c] = v;
+	}
+	{
+		float		m = t.amax;
+		unsigned int pc = t.pairs;
+
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+			pc += __shfl_xor_sync(0xffffffffu, pc, o);
+		}
+		if (lane == 0)
+		{
+			samax[warp] = m;
+			spairs[warp] = pc;
+		}
+	}
+	__syncthreads();
+	if (tid < NC)
+	{
+		unsigned long long v = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+			v += sred[w][tid];
+		if (v != 0ull)
+			atomicAdd(&a.acc->pot[tid], v);
+	}
+	if (tid == 0)
+	{
+		float		m = 0.0f;
+		unsigned long long pc = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+		{
+			m = fmaxf(m, samax[w]);
+			pc += spairs[w];
+		}
+		if (st.first && m > 0.0f)
+			atomicMax(&a.acc->qmax_bits, __float_as_uint(m));
+		if (pc != 0ull)
+			atomicAdd(&a.acc->pairs, pc);
+	}
+	if (select)
+	{
+		/* the block's L smallest keys: pop the heads L times; then under w */
+		kmg_pp_part *out = a.part + blockIdx.x;
+		int			head = 0;
+		const int	Ls = st.nod2 ? 0 : a.L;
+
+		for (int l = 0; l < Ls; l++)
+		{
+			double		key = head < t.cnt ? lk[head] : INFINITY;
+			int			row = head < t.cnt ? lr[head] : INT_MAX;
+			const int	me = row;
+
+			kmg_pp_block_min(key, row, skey, srow);
+			if (row == me && head < t.cnt && row != INT_MAX)
 				head++;
-			if (threadIdx.x == 0)
+			if (tid == 0)
 			{
 				out->key[l] = key;
 				out->row[l] = row;
 			}
 		}
-		kmg_block_min(fk, fr, skey, srow);
-		if (threadIdx.x == 0)
 		{
-			out->fkey = fk;
-			out->frow = fr;
+			double		key = t.fk;
+			int			row = t.fr;
+
+			kmg_pp_block_min(key, row, skey, srow);
+			if (tid == 0)
+			{
+				out->fkey = key;
+				out->frow = row;
+			}
 		}
 	}
-}
 
-/* Merge (one block): the candidates of this step. */
-__global__ void __launch_bounds__(KMG_SEED_NT)
-kmg_pp_merge_kernel(const kmg_pp_part *part, int nblocks, kmg_pp_state *state, int step, int L)
-{
-	__shared__ double skey[KMG_SEED_NT / 32];
-	__shared__ int srow[KMG_SEED_NT / 32];
-	__shared__ int sblk[KMG_SEED_NT / 32];
-	__shared__ int heads[1024];
-	const int	tid = threadIdx.x;
-	int			ncand = 0;
-
-	/* nblocks <= 1024 (the launcher caps the grid) */
-	for (int b = tid; b < nblocks; b += blockDim.x)
-		heads[b] = 0;
+	/* ---- the last block decides the next state ---- */
+	__threadfence();
 	__syncthreads();
-	for (int l = 0; l < L; l++)
+	if (tid == 0)
+		s_last = atomicAdd(&a.acc->ticket, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+
 	{
-		double		key = INFINITY;
-		int			row = INT_MAX;
-		int			blk = -1;
+		__shared__ int s_row;
+		__shared__ int s_win;
+		__shared__ int s_ok;
+		__shared__ int newrow[KMG_PP_LMAX];
+		__shared__ double newkey[KMG_PP_LMAX];
+		const int	s = st.h.s;
+		const int	L = a.L;
+		int		   *heads = reinterpret_cast<int *>(smem);
+		int			nnew = 0;
 
-		for (int b = tid; b < nblocks; b += blockDim.x)
+		if (st.nod2)
 		{
-			const int	h = heads[b];
-
-			if (h < L && kmg_before(part[b].key[h], part[b].row[h], key, row))
+			/* step 0: the smallest key under w (no row with w > 0: row 0) */
+			if (tid == 0)
 			{
-				key = part[b].key[h];
-				row = part[b].row[h];
-				blk = b;
+				double		key = INFINITY;
+				int			row = INT_MAX;
+
+				for (int b = 0; b < (int) gridDim.x; b++)
+				{
+					const double fk = __ldcg(&a.part[b].fkey);
+					const int	fr = __ldcg(&a.part[b].frow);
+
+					if (kmg_before(fk, fr, key, row))
+					{
+						key = fk;
+						row = fr;
+					}
+				}
+				s_row = row == INT_MAX ? 0 : row;
 			}
 		}
-		/* block min carrying the source block */
-		for (int o = 16; o > 0; o >>= 1)
+		else if (select)
 		{
-			double		ok = __shfl_xor_sync(0xffffffffu, key, o);
-			int			orow = __shfl_xor_sync(0xffffffffu, row, o);
-			int			ob = __shfl_xor_sync(0xffffffffu, blk, o);
-
-			if (kmg_before(ok, orow, key, row))
+			/* the L smallest over the blocks' sorted lists (finite keys only) */
+			for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+				heads[b] = 0;
+			__syncthreads();
+			for (int l = 0; l < L; l++)
 			{
-				key = ok;
-				row = orow;
-				blk = ob;
+				double		key = INFINITY;
+				int			row = INT_MAX;
+				int			blk = -1;
+
+				for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+				{
+					const int	h = heads[b];
+
+					if (h < L)
+					{
+						const double kb = __ldcg(&a.part[b].key[h]);
+						const int	rb = __ldcg(&a.part[b].row[h]);
+
+						if (kmg_before(kb, rb, key, row))
+						{
+							key = kb;
+							row = rb;
+							blk = b;
+						}
+					}
+				}
+				for (int o = 16; o > 0; o >>= 1)
+				{
+					const double ok = __shfl_xor_sync(0xffffffffu, key, o);
+					const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
+					const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
+
+					if (kmg_before(ok, orow, key, row))
+					{
+						key = ok;
+						row = orow;
+						blk = ob;
+					}
+				}
+				if (lane == 0)
+				{
+					skey[warp] = key;
+					srow[warp] = row;
+					wsum[warp] = blk;
+				}
+				__syncthreads();
+				if (tid == 0)
+				{
+					key = skey[0];
+					row = srow[0];
+					blk = wsum[0];
+					for (int w = 1; w < KMG_PP_NT / 32; w++)
+						if (kmg_before(skey[w], srow[w], key, row))
+						{
+							key = skey[w];
+							row = srow[w];
+							blk = wsum[w];
+						}
+					if (blk >= 0)
+						heads[blk]++;
+					if (row != INT_MAX && isfinite(key))
+					{
+						newkey[nnew] = key;
+						newrow[nnew] = row;
+						nnew++;
+					}
+				}
+				__syncthreads();
+			}
+			if (tid == 0 && nnew == 0)
+			{
+				/* no finite key: the smallest key under w (none: row 0) */
+				double		key = INFINITY;
+				int			row = INT_MAX;
+
+				for (int b = 0; b < (int) gridDim.x; b++)
+				{
+					const double fk = __ldcg(&a.part[b].fkey);
+					const int	fr = __ldcg(&a.part[b].frow);
+
+					if (kmg_before(fk, fr, key, row))
+					{
+						key = fk;
+						row = fr;
+					}
+				}
+				newkey[0] = key;
+				newrow[0] = row == INT_MAX ? 0 : row;
+				nnew = 1;
 			}
 		}
-		if ((tid & 31) == 0)
+		else
 		{
-			skey[tid >> 5] = key;
-			srow[tid >> 5] = row;
-			sblk[tid >> 5] = blk;
+			/* EVAL: the lowest potential wins (ties: the earlier candidate) */
+			if (tid == 0)
+			{
+				int			best = 0;
+				unsigned long long bp = __ldcg(&a.acc->pot[1]);
+
+				for (int l = 1; l < st.ncand; l++)
+				{
+					const unsigned long long p = __ldcg(&a.acc->pot[1 + l]);
+
+					if (p < bp)
+					{
+						bp = p;
+						best = l;
+					}
+				}
+				s_win = best;
+				s_row = st.cand[best];
+				s_ok = 0;
+			}
+			__syncthreads();
+			if (s + 1 < a.k && warp == 0)
+			{
+				/* the next candidates: the L smallest of the winner's list, all under tau */
+				const int	win = s_win;
+				const int	cnt = __ldcg(&a.acc->lcount[win]);
+
+				if (cnt <= KMG_PP_CAP && cnt >= L)
+				{
+					double		mk[KMG_PP_LMAX];
+					int			mr[KMG_PP_LMAX];
+					int			mc = 0,
+								head = 0;
+					int			good = 1;
+
+					for (int j = lane; j < cnt; j += 32)
+					{
+						const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
+						const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
+
+						if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
+						{
+							int			p = mc < L ? mc++ : L - 1;
+
+							while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
+							{
+								mk[p] = mk[p - 1];
+								mr[p] = mr[p - 1];
+								p--;
+							}
+							mk[p] = key;
+							mr[p] = row;
+						}
+					}
+					for (int l = 0; l < L; l++)
+					{
+						double		key = head < mc ? mk[head] : INFINITY;
+						int			row = head < mc ? mr[head] : INT_MAX;
+						const int	me = row;
+
+						for (int o = 16; o > 0; o >>= 1)
+						{
+							const double ok = __shfl_xor_sync(0xffffffffu, key, o);
+							const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
+
+							if (kmg_before(ok, orow, key, row))
+							{
+								key = ok;
+								row = orow;
+							}
+						}
+						if (row == me && head < mc && row != INT_MAX)
+							head++;
+						if (!(key < st.tau) || row == INT_MAX)
+							good = 0;
+						if (lane == 0)
+						{
+							newkey[l] = key;
+							newrow[l] = row;
+						}
+					}
+					if (lane == 0)
+						s_ok = good;
+				}
+			}
+			__syncthreads();
+			nnew = s_ok ? L : 0;
 		}
 		__syncthreads();
+
+		/* the chosen row becomes centroid s (step 0 and EVAL units) */
+		if (st.nod2 || !select)
+		{
+			const float *x = a.X + (size_t) s_row * dp;
+			float	   *c = a.C + (size_t) s * dp;
+
+			for (int i = tid; i < dp; i += KMG_PP_NT)
+				c[i] = __ldg(x + i);
+		}
+
 		if (tid == 0)
 		{
-			key = skey[0];
-			row = srow[0];
-			blk = sblk[0];
-			for (int w = 1; w < KMG_SEED_NT / 32; w++)
-				if (kmg_before(skey[w], srow[w], key, row))
-				{
-					key = skey[w];
-					row = srow[w];
-					blk = sblk[w];
-				}
-			if (blk >= 0)
-				heads[blk]++;
-			/* step 0 takes its single draw whatever its key */
-			if (row != INT_MAX && (step == 0 || isfinite(key)))
+			kmg_pp_state *o = &st;
+			const unsigned long long pairs = __ldcg(&a.acc->pairs);
+
+			/* the filter's bookkeeping (does not change any result) */
+			if (use_filter)
 			{
-				state->key[ncand] = key;
-				state->row[ncand] = row;
-				ncand++;
+				const int	ncol = __popc(cmask);
+
+				o->h.filtered++;
+				o->h.pairs_lo += (unsigned int) pairs;
+				if ((double) pairs > KMG_PP_DENSE_FRAC * (double) n * (double) (ncol > 0 ? ncol : 1))
+					o->dense_left = KMG_PP_DENSE_UNITS;
 			}
+			else if (!st.nod2)
+			{
+				o->h.dense++;
+				if (o->dense_left > 0)
+					o->dense_left--;
+			}
+			o->h.units++;
+
+			if (st.nod2)
+			{
+				o->c0 = s_row;
+				o->h.s = 1;
+				o->nod2 = 0;
+				o->has_prev = 1;
+				o->first = 1;
+				o->prev = s_row;
+				o->h.phase = KMG_PP_SELECT;
+				if (a.k == 1)
+					o->h.s = a.k;
+			}
+			else if (select)
+			{
+				const unsigned long long p0 = __ldcg(&a.acc->pot[0]);
+
+				if (st.first)
+					o->qmax = __uint_as_float(__ldcg(&a.acc->qmax_bits));
+				else
+					o->h.selects++;
+				o->first = 0;
+				o->has_prev = 0;
+				o->ncand = nnew;
+				for (int l = 0; l < nnew; l++)
+				{
+					o->cand[l] = newrow[l];
+					o->ckey[l] = newkey[l];
+				}
+				o->phi = kmg_pp_value(p0, st.shift);
+				o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+				o->h.phase = KMG_PP_EVAL;
+			}
+			else
+			{
+				const unsigned long long pw = __ldcg(&a.acc->pot[1 + s_win]);
+
+				o->h.s = s + 1;
+				o->prev = s_row;
+				o->has_prev = 1;
+				o->phi = kmg_pp_value(pw, st.shift);
+				if (s + 1 >= a.k)
+					o->h.s = a.k;
+				else if (nnew == L)
+				{
+					o->ncand = L;
+					for (int l = 0; l < L; l++)
+					{
+						o->cand[l] = newrow[l];
+						o->ckey[l] = newkey[l];
+					}
+					o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+					o->h.phase = KMG_PP_EVAL;
+				}
+				else
+				{
+					o->ncand = 0;
+					o->h.phase = KMG_PP_SELECT;
+				}
+			}
+
+			/* clear what the blocks add up */
+			for (int c = 0; c <= KMG_PP_LMAX; c++)
+				a.acc->pot[c] = 0ull;
+			for (int l = 0; l < KMG_PP_LMAX; l++)
+				a.acc->lcount[l] = 0;
+			a.acc->pairs = 0ull;
+			a.acc->qmax_bits = 0u;
+			a.acc->ticket = 0u;
 		}
 		__syncthreads();
-	}
-	if (tid == 0)
-	{
-		if (ncand == 0)
-		{
-			/* fewer distinct rows than k: the smallest key under w */
-			double		key = INFINITY;
-			int			row = INT_MAX;
-
-			for (int b = 0; b < nblocks; b++)
-				if (kmg_before(part[b].fkey, part[b].frow, key, row))
-				{
-					key = part[b].fkey;
-					row = part[b].frow;
-				}
-			if (row == INT_MAX)
-				row = 0;
-			state->key[0] = key;
-			state->row[0] = row;
-			ncand = 1;
-		}
-		state->ncand = ncand;
+		for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
+			reinterpret_cast<int *>(a.state)[i] = reinterpret_cast<const int *>(&st)[i];
 	}
 }
 
 /*
- * Potential: distances to the candidates (stored for the next select) and
- * each block's sum of w min(D2, dist) per candidate, in a fixed tree order.
- * LB >= ncand: the register tile of candidates.
+ * The int8 shadow of the rows, centred on c0 (order-free: c0 is a row chosen
+ * by keys), S = 127 / max |fl(x - c0)|; per row |q|^2 and a bound on
+ * |S (x - c0) - q| (the rounding to int8 measured, plus the float steps:
+ * per value at most 2^-24 (|z| + S |x - c0|) <= 2^-24 * 255).  A warp per row.
  */
-template <int LB>
-__global__ void __launch_bounds__(KMG_SEED_NT)
-kmg_pp_potential_kernel(kmg_args a, const float *__restrict__ d2, float *__restrict__ dist,
-						kmg_pp_part *part, const kmg_pp_state *state, int step)
+__global__ void
+kmg_pp_shadow_kernel(kmg_pp_args a)
 {
-	__shared__ double red[KMG_SEED_NT / 32][LB];
-	__shared__ int srow[LB];
-	const int	ncand = state->ncand;
-	const int	q4 = a.dp / 4;
-	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
-	double		pot[LB];
+	const int	lane = threadIdx.x & 31;
+	const int64_t warp0 = ((int64_t) blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const int64_t nwarps = ((int64_t) gridDim.x * blockDim.x) >> 5;
+	const kmg_pp_state *st = a.state;
+	const float M = __ldcg(&st->qmax);
+	const float S = M > 0.0f ? 127.0f / M : 1.0f;
+	const int	c0 = __ldcg(&st->c0);
+	const int	dp = a.dp,
+				dq = a.dq;
+	const float *c = a.X + (size_t) c0 * dp;
 
-	if (threadIdx.x < LB)
-		srow[threadIdx.x] = state->row[threadIdx.x < ncand ? threadIdx.x : 0];
-	__syncthreads();
-#pragma unroll
-	for (int l = 0; l < LB; l++)
-		pot[l] = 0.0;
-	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride)
-	{
-		const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp);
-		float		acc[LB];
-
-#pragma unroll
-		for (int l = 0; l < LB; l++)
-			acc[l] = 0.0f;
-		for (int q = 0; q < q4; q++)
-		{
-			const float4 x = x4[q];
-
-#pragma unroll
-			for (int l = 0; l < LB; l++)
-				if (l < ncand)
-				{
-					const float4 c = reinterpret_cast<const float4 *>(a.X + (size_t) srow[l] * a.dp)[q];
-					float		t;
-
-					t = __fsub_rn(x.x, c.x);
-					acc[l] = __fadd_rn(acc[l], __fmul_rn(t, t));
-					t = __fsub_rn(x.y, c.y);
-					acc[l] = __fadd_rn(acc[l], __fmul_rn(t, t));
-					t = __fsub_rn(x.z, c.z);
-					acc[l] = __fadd_rn(acc[l], __fmul_rn(t, t));
-					t = __fsub_rn(x.w, c.w);
-					acc[l] = __fadd_rn(acc[l], __fmul_rn(t, t));
-				}
-		}
-		{
-			const double w = a.W != NULL ? (double) a.W[i] : 1.0;
-			const float dcur = step >= 1 ? d2[i] : INFINITY;
-
-#pragma unroll
-			for (int l = 0; l < LB; l++)
-				if (l < ncand)
-				{
-					dist[(size_t) l * a.n + i] = acc[l];
-					if (step >= 1)
-						pot[l] += w * (double) (acc[l] < dcur ? acc[l] : dcur);
-				}
-		}
-	}
-	if (step < 1)
+	if (__ldcg(&st->h.s) >= a.k || !isfinite(S) || !(S > 0.0f))
 		return;
-	/* block sums per candidate: warps, then warps in order */
-#pragma unroll
-	for (int l = 0; l < LB; l++)
-		if (l < ncand)
-		{
-			double		v = pot[l];
-
-			for (int o = 16; o > 0; o >>= 1)
-				v += __shfl_xor_sync(0xffffffffu, v, o);
-			if ((threadIdx.x & 31) == 0)
-				red[threadIdx.x >> 5][l] = v;
-		}
-	__syncthreads();
-	if (threadIdx.x < ncand)
+	if (blockIdx.x == 0 && threadIdx.x == 0)
 	{
-		double		v = red[0][threadIdx.x];
+		a.state->qscale = S;
+		a.state->filter = 1;
+	}
+	for (int64_t r = warp0; r < a.n; r += nwarps)
+	{
+		const float *x = a.X + (size_t) r * dp;
+		int			qn = 0;
+		double		R = 0.0;
 
-		for (int w = 1; w < KMG_SEED_NT / 32; w++)
-			v += red[w][threadIdx.x];
-		part[blockIdx.x].pot[threadIdx.x] = v;
+		for (int g = lane; g < dq / 4; g += 32)
+		{
+			int			q[4] = {0, 0, 0, 0};
+
+			if (4 * g < dp)
+			{
+				const float4 xv = __ldg(reinterpret_cast<const float4 *>(x) + g);
+				const float4 cv = __ldg(reinterpret_cast<const float4 *>(c) + g);
+				const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+				const float cs[4] = {cv.x, cv.y, cv.z, cv.w};
+
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+				{
+					const float z = __fmul_rn(__fsub_rn(xs[j], cs[j]), S);
+					float		v = rintf(z);
+
+					v = fminf(fmaxf(v, -127.0f), 127.0f);
+					q[j] = (int) v;
+					qn += q[j] * q[j];
+					R += (double) (z - v) * (double) (z - v);
+				}
+			}
+			reinterpret_cast<char4 *>(a.q8 + (size_t) r * dq)[g] =
+				make_char4((signed char) q[0], (signed char) q[1], (signed char) q[2], (signed char) q[3]);
+		}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			qn += __shfl_xor_sync(0xffffffffu, qn, o);
+			R += __shfl_xor_sync(0xffffffffu, R, o);
+		}
+		if (lane == 0)
+		{
+			a.qn[r] = qn;
+			a.qr[r] = __double2float_ru((sqrt(R) + 2e-5 * sqrt((double) a.d) + 1e-6) * (1.0 + 1e-6));
+		}
 	}
 }
 
-/* Choose (one block): the candidate with the lowest potential becomes centroid s. */
-__global__ void
-kmg_pp_choose_kernel(kmg_args a, const kmg_pp_part *part, int nblocks, kmg_pp_state *state,
-					 int step)
+/* ---- k-means++: host side ---- */
+
+static kmg_pp_args
+kmg_pp_make_args(const kmg_args *a, const kmg_seed_bufs *sb)
 {
-	__shared__ int s_best;
-	const int	tid = threadIdx.x;
-	const int	ncand = state->ncand;
-	__shared__ double spot[KMG_PP_LMAX];
+	kmg_pp_args p;
 
-	if (tid < ncand)
+	p.X = a->X;
+	p.W = a->W;
+	p.hashes = sb->hashes;
+	p.d2 = sb->d2;
+	p.q8 = sb->q8;
+	p.qn = sb->qn;
+	p.qr = sb->qr;
+	p.C = a->C;
+	p.lkey = sb->lkey;
+	p.lrow = sb->lrow;
+	p.part = (kmg_pp_part *) sb->part;
+	p.state = (kmg_pp_state *) sb->state;
+	p.acc = (kmg_pp_acc *) sb->acc;
+	p.n = a->n;
+	p.d = a->d;
+	p.dp = a->dp;
+	p.dq = sb->q8 != NULL ? sb->dq : 0;
+	p.k = a->k;
+	p.L = sb->L;
+	return p;
+}
+
+static const void *
+kmg_pp_kernel_of(int lb)
+{
+	switch (lb)
 	{
-		double		p = 0.0;
-
-		if (step >= 1)
-			for (int b = 0; b < nblocks; b++)
-				p += part[b].pot[tid];
-		spot[tid] = p;
-	}
-	__syncthreads();
-	if (tid == 0)
-	{
-		int			best = 0;
-
-		for (int l = 1; l < ncand; l++)
-			if (spot[l] < spot[best])
-				best = l;
-		s_best = best;
-		state->chosen = best;
-	}
-	__syncthreads();
-	{
-		const float *x = a.X + (size_t) state->row[s_best] * a.dp;
-		float	   *c = a.C + (size_t) step * a.dp;
-
-		for (int i = tid; i < a.dp; i += blockDim.x)
-			c[i] = x[i];
+		case 4:
+			return (const void *) kmg_pp_unit_kernel<4>;
+		case 8:
+			return (const void *) kmg_pp_unit_kernel<8>;
+		case 12:
+			return (const void *) kmg_pp_unit_kernel<12>;
+		case 16:
+			return (const void *) kmg_pp_unit_kernel<16>;
+		default:
+			return (const void *) kmg_pp_unit_kernel<KMG_PP_LMAX>;
 	}
 }
 
 /*
- * One k-means++ step (all four kernels, queued).  sb->part must hold
- * sb->nblocks kmg_pp_part and sb->state one kmg_pp_state.
+ * Once per fit: the candidate tile, shared memory and grid of the unit
+ * kernel (sb->L, sb->dq and sb->nblocks set).
  */
 cudaError_t
-kmg_pp_step(const kmg_args *a, const kmg_seed_bufs *sb, int step, int L,
-			uint64_t stream_key, cudaStream_t stream)
+kmg_pp_prepare(kmg_seed_bufs *sb, int dp, int sms)
 {
-	kmg_pp_part *part = (kmg_pp_part *) sb->part;
-	kmg_pp_state *state = (kmg_pp_state *) sb->state;
-	const int	Ls = step == 0 ? 1 : L;
+	const int	L = sb->L;
+	int			per_sm = 0;
+	const void *fn;
 	cudaError_t e;
 
-	kmg_pp_select_kernel<<<sb->nblocks, KMG_SEED_NT, 0, stream>>>(*a, sb->hashes, sb->d2,
-																   sb->dist, part, state,
-																   step, Ls, stream_key);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	sb->lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
+	sb->smem = kmg_pp_smem_bytes(sb->lb, dp, sb->q8 != NULL ? sb->dq : 0);
+	fn = kmg_pp_kernel_of(sb->lb);
+	if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+								  (int) sb->smem)) != cudaSuccess)
 		return e;
-	kmg_pp_merge_kernel<<<1, KMG_SEED_NT, 0, stream>>>(part, sb->nblocks, state, step, Ls);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_PP_NT,
+														   sb->smem)) != cudaSuccess)
 		return e;
-	if (Ls <= 4)
-		kmg_pp_potential_kernel<4><<<sb->nblocks, KMG_SEED_NT, 0, stream>>>(*a, sb->d2, sb->dist,
-																			 part, state, step);
-	else if (Ls <= 8)
-		kmg_pp_potential_kernel<8><<<sb->nblocks, KMG_SEED_NT, 0, stream>>>(*a, sb->d2, sb->dist,
-																			 part, state, step);
-	else if (Ls <= 16)
-		kmg_pp_potential_kernel<16><<<sb->nblocks, KMG_SEED_NT, 0, stream>>>(*a, sb->d2, sb->dist,
-																			  part, state, step);
-	else
-		kmg_pp_potential_kernel<KMG_PP_LMAX><<<sb->nblocks, KMG_SEED_NT, 0, stream>>>(*a, sb->d2,
-																				   sb->dist, part,
-																				   state, step);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if (per_sm < 1)
+		per_sm = 1;
+	sb->grid = per_sm * sms;
+	if (sb->grid > sb->nblocks)
+		sb->grid = sb->nblocks;
+	if (sb->grid < 1)
+		sb->grid = 1;
+	return cudaSuccess;
+}
+
+/*
+ * The start of a run's k-means++: the state, step 0, the first SELECT (D2
+ * to c0, the candidates of step 1) and the shadow.  shift: the potentials'
+ * scale (seed_pp.h's kmg_pp_shift of the rows' max w and max |x|^2).
+ */
+cudaError_t
+kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run, int shift,
+			 cudaStream_t stream)
+{
+	kmg_pp_state st;
+	kmg_pp_args p = kmg_pp_make_args(a, sb);
+	const double eps = (double) (a->dp + 16) * 0x1p-24;
+	cudaError_t e;
+
+	memset(&st, 0, sizeof(st));
+	st.h.s = 0;
+	st.h.phase = KMG_PP_SELECT;
+	st.seed = seed;
+	st.run = run;
+	st.shift = shift;
+	st.pscale = shift >= -1000 && shift <= 1000 ? ldexp(1.0, shift) : 0.0;
+	st.fac = (float) (1.0 + 2.0 * eps + 1e-6);
+	st.nod2 = 1;
+	st.c0 = -1;
+	st.prev = 0;
+	if ((e = cudaMemcpyAsync(sb->state, &st, sizeof(st), cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+		(e = cudaMemsetAsync(sb->acc, 0, sizeof(kmg_pp_acc), stream)) != cudaSuccess ||
+		(e = kmg_pp_units(a, sb, 2, stream)) != cudaSuccess)
 		return e;
-	kmg_pp_choose_kernel<<<1, 32, 0, stream>>>(*a, part, sb->nblocks, state, step);
-	return cudaGetLastError();
+	if (p.dq > 0)
+	{
+		int64_t		blocks = (a->n + 7) / 8;
+
+		if (blocks > (int64_t) 132 * 64)
+			blocks = (int64_t) 132 * 64;
+		kmg_pp_shadow_kernel<<<(unsigned) (blocks < 1 ? 1 : blocks), 256, 0, stream>>>(p);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
+
+/* count units, queued (graph capture friendly: plain launches). */
+cudaError_t
+kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count, cudaStream_t stream)
+{
+	const kmg_pp_args p = kmg_pp_make_args(a, sb);
+
+	for (int i = 0; i < count; i++)
+	{
+		switch (sb->lb)
+		{
+			case 4:
+				kmg_pp_unit_kernel<4><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 8:
+				kmg_pp_unit_kernel<8><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 12:
+				kmg_pp_unit_kernel<12><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 16:
+				kmg_pp_unit_kernel<16><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			default:
+				kmg_pp_unit_kernel<KMG_PP_LMAX><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+		}
+		cudaError_t e = cudaGetLastError();
+
+		if (e != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
 }

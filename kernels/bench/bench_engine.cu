@@ -740,6 +740,209 @@ api_checks(void)
 	free(w);
 }
 
+
+/* ---- k-means++ seeding: the seeds themselves ---- */
+
+/*
+ * A GPU fit that stops at the seeds (KMG_SEED_ONLY=1: no Lloyd iteration;
+ * the final pass labels the rows for the seeds); env: extra variable to set
+ * for this fit (NULL: none).  Returns the status; C (k x d) and *inertia.
+ */
+static km_status
+gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, float *C,
+		  double *inertia, const char *env)
+{
+	km_chunk	ch = {x, w, n};
+	km_data		data = {d, 1, &ch, n};
+	km_result	r;
+	km_error	err;
+	km_status	st;
+
+	r.centroids = C;
+	r.sizes = (int64_t *) malloc(sizeof(int64_t) * p->k);
+	r.cluster_inertia = (double *) malloc(sizeof(double) * p->k);
+	r.labels = NULL;
+	setenv("KMG_SEED_ONLY", "1", 1);
+	if (env != NULL)
+		setenv(env, "1", 1);
+	st = api->engine->fit(&data, p, NULL, &r, &err);
+	unsetenv("KMG_SEED_ONLY");
+	if (env != NULL)
+		unsetenv(env);
+	if (st != KM_OK)
+		printf("     gpu seeds: status %d: %s\n", st, err.message);
+	*inertia = r.inertia;
+	free(r.sizes);
+	free(r.cluster_inertia);
+	return st;
+}
+
+/*
+ * Seeding checks: GPU seeds against the reference's (bit for bit), the same
+ * twice, with the int8 filter off (KMG_PP_NOSHADOW: every distance
+ * computed), and on the rows in another order; then k-means++ quality: one
+ * Lloyd iteration after the seeds, GPU against the CPU engine (inertia).
+ */
+static void
+seed_checks(void)
+{
+	struct sc
+	{
+		const char *name;
+		int64_t		n;
+		int			d,
+					k;
+		km_metric	metric;
+		int			weighted;
+		int			kind;
+	}			scs[] = {
+		{"blobs d=64 k=256", 100000, 64, 256, KM_METRIC_L2, 0, 0},
+		{"uniform d=35 k=200 w0", 60000, 35, 200, KM_METRIC_L2, 2, 1},
+		{"blobs+1000 d=16 k=100", 50000, 16, 100, KM_METRIC_L2, 0, 5},
+		{"cos d=100 k=100 w", 50000, 100, 100, KM_METRIC_COSINE, 1, 0},
+		{"fashion 20000 k=64", 20000, 784, 64, KM_METRIC_L2, 0, 4},
+		{"dups 20 rows k=500", 3000, 8, 500, KM_METRIC_L2, 0, 2},
+		{"blobs d=256 k=40 w", 30000, 256, 40, KM_METRIC_L2, 1, 0},
+	};
+
+	for (size_t ci = 0; ci < sizeof(scs) / sizeof(scs[0]); ci++)
+	{
+		const struct sc *c = &scs[ci];
+		const int64_t n = c->n;
+		const int	d = c->d,
+					k = c->k;
+		float	   *x = generate(n, d, k, 900 + ci, c->kind == 5 ? 0 : c->kind);
+		float	   *w = c->weighted ? gen_weights(n, 900 + ci, c->weighted == 2) : NULL;
+		float	   *xp = (float *) malloc(sizeof(float) * n * d);
+		float	   *wp = w ? (float *) malloc(sizeof(float) * n) : NULL;
+		std::vector<float> C1((size_t) k * d), C2((size_t) k * d), C3((size_t) k * d),
+					C4((size_t) k * d), CR((size_t) k * d);
+		std::vector<int64_t> perm(n);
+		km_params	p;
+		double		i1 = 0,
+					i2 = 0,
+					i3 = 0,
+					i4 = 0,
+					t0,
+					tg,
+					tr;
+		int			ok1,
+					ok2,
+					ok3,
+					okr;
+		km_status	s1,
+					s2,
+					s3,
+					s4;
+		char		msg[400];
+
+		if (c->kind == 5)
+			for (int64_t i = 0; i < n * d; i++)
+				x[i] += 1000.0f;
+		/* a fixed permutation of the rows (Fisher-Yates, fixed stream) */
+		{
+			uint64_t	rs = 12345 + ci;
+
+			for (int64_t i = 0; i < n; i++)
+				perm[i] = i;
+			for (int64_t i = n - 1; i > 0; i--)
+			{
+				int64_t		j = (int64_t) (rng_next(&rs) % (uint64_t) (i + 1));
+				int64_t		t = perm[i];
+
+				perm[i] = perm[j];
+				perm[j] = t;
+			}
+			for (int64_t i = 0; i < n; i++)
+			{
+				memcpy(xp + (size_t) i * d, x + (size_t) perm[i] * d, sizeof(float) * d);
+				if (w)
+					wp[i] = w[perm[i]];
+			}
+		}
+		memset(&p, 0, sizeof(p));
+		p.k = k;
+		p.max_iter = 1;
+		p.tol = 0.0;
+		p.init = KM_INIT_KMEANSPP;
+		p.metric = c->metric;
+		p.seed = 77 + ci;
+		p.n_init = 1;
+
+		t0 = now();
+		s1 = gpu_seeds(x, w, n, d, &p, C1.data(), &i1, NULL);
+		tg = now() - t0;
+		s2 = gpu_seeds(x, w, n, d, &p, C2.data(), &i2, NULL);
+		s3 = gpu_seeds(x, w, n, d, &p, C3.data(), &i3, "KMG_PP_NOSHADOW");
+		s4 = gpu_seeds(xp, wp, n, d, &p, C4.data(), &i4, NULL);
+		t0 = now();
+		ref_seeds(x, w, n, d, &p, 0, CR.data());
+		tr = now() - t0;
+		ok1 = s1 == KM_OK && s2 == KM_OK && memcmp(C1.data(), C2.data(), sizeof(float) * k * d) == 0 &&
+			i1 == i2;
+		ok2 = s3 == KM_OK && memcmp(C1.data(), C3.data(), sizeof(float) * k * d) == 0;
+		ok3 = s4 == KM_OK && memcmp(C1.data(), C4.data(), sizeof(float) * k * d) == 0;
+		okr = memcmp(C1.data(), CR.data(), sizeof(float) * k * d) == 0;
+		{
+			int			first_diff = -1;
+
+			for (int j = 0; j < k && first_diff < 0; j++)
+				if (memcmp(C1.data() + (size_t) j * d, CR.data() + (size_t) j * d, sizeof(float) * d) != 0)
+					first_diff = j;
+			snprintf(msg, sizeof(msg), "seeds %-24s n=%lld d=%d k=%d: = reference %s (first differing centroid %d), "
+					 "twice same %s, filter off same %s, rows permuted same %s; seeded inertia %.6g "
+					 "(gpu %.3f s, ref %.3f s)",
+					 c->name, (long long) n, d, k, okr ? "yes" : "NO", first_diff,
+					 ok1 ? "yes" : "NO", ok2 ? "yes" : "NO", ok3 ? "yes" : "NO", i1, tg, tr);
+			check(ok1 && ok2 && ok3 && okr, msg);
+		}
+#ifdef WITH_CPU_ENGINE
+		{
+			/* quality: one Lloyd iteration after k-means++, GPU against the CPU engine */
+			km_chunk	ch = {x, w, n};
+			km_data		data = {d, 1, &ch, n};
+			km_result	gr,
+						cr;
+			km_hooks	hk;
+			km_error	err;
+			km_status	sg,
+						scpu;
+
+			memset(&hk, 0, sizeof(hk));
+			hk.n_threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
+			gr.centroids = (float *) malloc(sizeof(float) * k * d);
+			gr.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+			gr.cluster_inertia = (double *) malloc(sizeof(double) * k);
+			gr.labels = NULL;
+			cr.centroids = (float *) malloc(sizeof(float) * k * d);
+			cr.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+			cr.cluster_inertia = (double *) malloc(sizeof(double) * k);
+			cr.labels = NULL;
+			sg = api->engine->fit(&data, &p, NULL, &gr, &err);
+			scpu = km_cpu_engine.fit(&data, &p, &hk, &cr, &err);
+			{
+				const double ratio = sg == KM_OK && scpu == KM_OK && cr.inertia > 0 ? gr.inertia / cr.inertia : 0.0;
+
+				snprintf(msg, sizeof(msg), "k-means++ quality %-24s: inertia after 1 iteration gpu %.6g, cpu engine %.6g, ratio %.4f (<= 1.05)",
+						 c->name, gr.inertia, cr.inertia, ratio);
+				check(sg == KM_OK && scpu == KM_OK && ratio > 0.0 && ratio <= 1.05, msg);
+			}
+			free(gr.centroids);
+			free(gr.sizes);
+			free(gr.cluster_inertia);
+			free(cr.centroids);
+			free(cr.sizes);
+			free(cr.cluster_inertia);
+		}
+#endif
+		fflush(stdout);
+		free(x);
+		free(w);
+		free(xp);
+		free(wp);
+	}
+}
+
 static std::vector<vcase> cases = {
 		{"tiny d=2 k++", 1000, 2, 5, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 100, 0.0, 1, 0, 1},
 		{"d=3 cos random weights", 5000, 3, 8, KM_METRIC_COSINE, 1, KM_INIT_RANDOM, 100, 0.0, 1, 0, 2},
@@ -772,6 +975,9 @@ static std::vector<vcase> cases = {
 		{"d=24 k=32 uniform w", 50000, 24, 32, KM_METRIC_L2, 1, KM_INIT_RANDOM, 30, 0.0, 1, 1, 28},
 		{"d=300 k=12 cos empties", 10000, 300, 12, KM_METRIC_COSINE, 0, KM_INIT_EXPLICIT, 30, 0.0, 1, 3, 29},
 		{"d=8 k=16 blobs+1000", 300000, 8, 16, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 30, 0.0, 1, 5, 30},
+		/* k-means++ on the device: long enough for the int8 filter and its lists */
+		{"k++ d=64 k=300 weights", 80000, 64, 300, KM_METRIC_L2, 1, KM_INIT_KMEANSPP, 5, 0.0, 1, 0, 31},
+		{"k++ d=128 k=64 n_init=2", 60000, 128, 64, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 8, 0.0, 2, 0, 32},
 };
 
 static void
@@ -890,6 +1096,157 @@ fit_seconds(km_gpu_dataset *ds, km_params *p, int d, int max_iter, int *iters)
 	free(r.sizes);
 	free(r.cluster_inertia);
 	return t;
+}
+
+
+/*
+ * k-means++ seeding time at (1000000, 128, 1024) (blobs): a fit with
+ * k-means++ minus one with explicit init, same max_iter (1), best of three
+ * each; then the same with the int8 filter off (every distance computed),
+ * whose seeds must be the same bits.
+ */
+static void
+seed_bench(void)
+{
+	const int64_t n = 1000000;
+	const int	d = 128,
+				k = 1024;
+	float	   *x = generate(n, d, k, 4321, 0);
+	float	   *init = (float *) malloc(sizeof(float) * k * d);
+	km_error	err;
+	km_gpu_dataset *ds = api->dataset_create(d, 0, n, &err);
+	km_params	p;
+	double		tpp = 1e30,
+				tex = 1e30,
+				tdn = 1e30;
+	int			it = 0,
+				same = 0;
+	char		line[400];
+
+	if (ds == NULL)
+	{
+		printf("FAIL seed bench dataset_create: %s\n", err.message);
+		failures++;
+		free(x);
+		free(init);
+		return;
+	}
+	for (int64_t done = 0; done < n;)
+	{
+		int64_t		room = 0;
+		float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
+		int64_t		m = std::min(room, n - done);
+
+		memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
+		api->dataset_commit(ds, m, &err);
+		done += m;
+	}
+	for (int j = 0; j < k; j++)
+		memcpy(init + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.tol = 0.0;
+	p.metric = KM_METRIC_L2;
+	p.n_init = 1;
+	p.seed = 2024;
+	for (int rep = 0; rep < 3; rep++)
+	{
+		p.init = KM_INIT_KMEANSPP;
+		p.init_centroids = NULL;
+		tpp = std::min(tpp, fit_seconds(ds, &p, d, 1, &it));
+		p.init = KM_INIT_EXPLICIT;
+		p.init_centroids = init;
+		tex = std::min(tex, fit_seconds(ds, &p, d, 1, &it));
+	}
+	p.init = KM_INIT_KMEANSPP;
+	p.init_centroids = NULL;
+	setenv("KMG_PP_NOSHADOW", "1", 1);
+	for (int rep = 0; rep < 2; rep++)
+		tdn = std::min(tdn, fit_seconds(ds, &p, d, 1, &it));
+	unsetenv("KMG_PP_NOSHADOW");
+	{
+		/* the seeds with and without the filter: one Lloyd iteration from each, same bits */
+		km_result	a,
+					b;
+
+		a.centroids = (float *) malloc(sizeof(float) * k * d);
+		a.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+		a.cluster_inertia = (double *) malloc(sizeof(double) * k);
+		a.labels = NULL;
+		b.centroids = (float *) malloc(sizeof(float) * k * d);
+		b.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+		b.cluster_inertia = (double *) malloc(sizeof(double) * k);
+		b.labels = NULL;
+		p.max_iter = 1;
+		setenv("KMG_VERBOSE", "1", 1);
+		fprintf(stderr, "== trace: k-means++ (1000000,128,1024), the filter on\n");
+		km_status	s1 = api->dataset_fit(ds, &p, NULL, &a, &err);
+
+		setenv("KMG_PP_NOSHADOW", "1", 1);
+		fprintf(stderr, "== trace: k-means++ (1000000,128,1024), the filter off\n");
+		km_status	s2 = api->dataset_fit(ds, &p, NULL, &b, &err);
+
+		unsetenv("KMG_PP_NOSHADOW");
+		unsetenv("KMG_VERBOSE");
+		same = s1 == KM_OK && s2 == KM_OK &&
+			memcmp(a.centroids, b.centroids, sizeof(float) * k * d) == 0 && a.inertia == b.inertia;
+		free(a.centroids);
+		free(a.sizes);
+		free(a.cluster_inertia);
+		free(b.centroids);
+		free(b.sizes);
+		free(b.cluster_inertia);
+	}
+	api->dataset_free(ds);
+	snprintf(line, sizeof(line),
+			 "seeding (1000000,128,1024) blob: k-means++ %.1f ms = %.1f us a step (fit %.1f - explicit %.1f ms); "
+			 "filter off: %.1f ms = %.1f us a step; same seeds %s",
+			 1e3 * (tpp - tex), 1e6 * (tpp - tex) / (k - 1), 1e3 * tpp, 1e3 * tex,
+			 1e3 * (tdn - tex), 1e6 * (tdn - tex) / (k - 1), same ? "yes" : "NO");
+	printf("%s\n", line);
+	fprintf(summary, "%s\n", line);
+	if (!same)
+		failures++;
+	fflush(stdout);
+	free(x);
+	free(init);
+}
+
+
+/* One k-means++ fit at (1000000, 128, 1024), for a profiler to look at (seedprof). */
+static void
+seed_profile(void)
+{
+	const int64_t n = 1000000;
+	const int	d = 128,
+				k = 1024;
+	float	   *x = generate(n, d, k, 4321, 0);
+	km_chunk	ch = {x, NULL, n};
+	km_data		data = {d, 1, &ch, n};
+	km_params	p;
+	km_result	r;
+	km_error	err;
+
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = 1;
+	p.init = KM_INIT_KMEANSPP;
+	p.metric = KM_METRIC_L2;
+	p.n_init = 1;
+	p.seed = 2024;
+	r.centroids = (float *) malloc(sizeof(float) * k * d);
+	r.sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+	r.cluster_inertia = (double *) malloc(sizeof(double) * k);
+	r.labels = NULL;
+	if (api->engine->fit(&data, &p, NULL, &r, &err) != KM_OK)
+	{
+		printf("FAIL seedprof fit: %s\n", err.message);
+		failures++;
+	}
+	free(r.centroids);
+	free(r.sizes);
+	free(r.cluster_inertia);
+	free(x);
 }
 
 static void
@@ -1016,6 +1373,9 @@ main(int argc, char **argv)
 	int			do_val = 0,
 				do_bench = 0,
 				do_api = 0,
+				do_seed = 0,
+				do_seedbench = 0,
+				do_seedprof = 0,
 				one_case = -1,
 				quick = 0;
 	void	   *h;
@@ -1033,6 +1393,12 @@ main(int argc, char **argv)
 			quick = 1;
 		else if (strcmp(argv[i], "api") == 0)
 			do_api = 1;
+		else if (strcmp(argv[i], "seed") == 0)
+			do_seed = 1;
+		else if (strcmp(argv[i], "seedbench") == 0)
+			do_seedbench = 1;
+		else if (strcmp(argv[i], "seedprof") == 0)
+			do_seedprof = 1;
 		else if (strcmp(argv[i], "case") == 0 && i + 1 < argc)
 			one_case = atoi(argv[++i]);
 		else if (strcmp(argv[i], "ncases") == 0)
@@ -1041,7 +1407,7 @@ main(int argc, char **argv)
 			return 0;
 		}
 	}
-	if (!do_val && !do_bench && !do_api && one_case < 0)
+	if (!do_val && !do_bench && !do_api && !do_seed && !do_seedbench && !do_seedprof && one_case < 0)
 		do_val = do_bench = 1;
 	summary = tmpfile();
 	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -1076,6 +1442,12 @@ main(int argc, char **argv)
 		run_case(&cases[one_case]);
 	if (do_api)
 		api_checks();
+	if (do_seed)
+		seed_checks();
+	if (do_seedprof)
+		seed_profile();
+	if (do_bench || do_seedbench)
+		seed_bench();
 	if (do_bench)
 		bench();
 	api->release_all();

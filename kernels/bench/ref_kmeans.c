@@ -9,9 +9,10 @@
  * centroids within a generous bound of the minimum, and km_exact_cost
  * settles those.  Everything else is the straightforward loop: sums in
  * row order, re-seeding of empty clusters with the farthest rows, the
- * cosine mean normalised in double.  k-means++ computes D2 as the GPU does
- * (float (x - c)^2 summed in index order, no FMA), so seeds can be
- * compared bit for bit.  Built with -ffp-contract=off.
+ * cosine mean normalised in double.  k-means++ computes D2 and the
+ * potentials as the GPU does (seed_pp.h: four fused chains of (x - c)^2,
+ * integer sums), so seeds can be compared bit for bit.  Built with
+ * -ffp-contract=off and -mfma (fmaf is one instruction).
  */
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include "km_exact.h"
 #include "km_hash.h"
 #include "ref_kmeans.h"
+#include "seed_pp.h"
 
 /* x . c in double, eight independent sums (vectorises without reassociation). */
 static double
@@ -122,20 +124,6 @@ ref_filter_rows(const float *x, int64_t n, int d, int cosine)
 	return xf;
 }
 
-static float
-ref_dist2(const float *x, const float *c, int d)
-{
-	float		s = 0.0f;
-
-	for (int i = 0; i < d; i++)
-	{
-		float		t = x[i] - c[i];
-
-		s += t * t;
-	}
-	return s;
-}
-
 typedef struct
 {
 	double		key;
@@ -194,17 +182,31 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 		return;
 	}
 
-	/* greedy k-means++ */
+	/* greedy k-means++ (the rules and arithmetic of seed.cu, seed_pp.h) */
 	{
 		int			L = 2 + (int) log((double) k);
 		float	   *D2 = malloc(sizeof(float) * n);
-		float	   *dist = malloc(sizeof(float) * n * 24);
-		ref_cand   *cand = malloc(sizeof(ref_cand) * (L + 1));
+		float	   *dist;
+		ref_cand   *cand;
 		ref_cand	best = {INFINITY, INT64_MAX};
 		uint64_t	s0 = km_stream(p->seed, run, 0);
+		float		wmax = 0.0f,
+					xmax2 = 0.0f;
+		int			shift;
 
 		if (L > 24)
 			L = 24;
+		dist = malloc(sizeof(float) * n * L);
+		cand = malloc(sizeof(ref_cand) * (L + 1));
+		for (int64_t r = 0; r < n; r++)
+		{
+			const float w = W ? W[r] : 1.0f;
+			const float x2 = kmg_pp_sqnorm(xf + (size_t) r * d, d);
+
+			wmax = w > wmax ? w : wmax;
+			xmax2 = x2 > xmax2 ? x2 : xmax2;
+		}
+		shift = kmg_pp_shift(wmax, xmax2, n);
 		for (int64_t r = 0; r < n; r++)
 		{
 			ref_cand	c = {km_sample_key(h[r], s0, W ? W[r] : 1.0), r};
@@ -215,13 +217,13 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 		memcpy(C, xf + (size_t) best.row * d, sizeof(float) * d);
 #pragma omp parallel for
 		for (int64_t r = 0; r < n; r++)
-			D2[r] = ref_dist2(xf + (size_t) r * d, C, d);
+			D2[r] = kmg_pp_d2(xf + (size_t) r * d, C, d);
 
 		for (int s = 1; s < k; s++)
 		{
 			uint64_t	st = km_stream(p->seed, run, s);
 			int			nc = 0;
-			double		pot[24];
+			uint64_t	pot[24];
 			int			bl = 0;
 
 			/* the L smallest finite keys under w D2 (insertion into a sorted list) */
@@ -273,18 +275,21 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 #pragma omp parallel for
 			for (int64_t r = 0; r < n; r++)
 				for (int l = 0; l < nc; l++)
-					dist[(size_t) l * n + r] = ref_dist2(xf + (size_t) r * d,
+					dist[(size_t) l * n + r] = kmg_pp_d2(xf + (size_t) r * d,
 														 xf + (size_t) cand[l].row * d, d);
+			/* order-free sums: integers (seed_pp.h); lowest wins, ties to the earlier */
 			for (int l = 0; l < nc; l++)
 			{
-				double		acc = 0.0;
+				uint64_t	acc = 0;
 
 				for (int64_t r = 0; r < n; r++)
 				{
+					const float w = W ? W[r] : 1.0f;
 					float		v = dist[(size_t) l * n + r];
 					float		m = v < D2[r] ? v : D2[r];
 
-					acc += (W ? (double) W[r] : 1.0) * (double) m;
+					if (w > 0.0f)
+						acc += kmg_pp_term(w, m, shift);
 				}
 				pot[l] = acc;
 				if (pot[l] < pot[bl])
@@ -506,6 +511,21 @@ ref_fit(const float *x, const float *W, int64_t n, int d, const km_params *p,
 	free(csum);
 	free(far);
 	return 0;
+}
+
+/* The seeds of run `run` alone (k x d; cosine: normalised rows). */
+void
+ref_seeds(const float *x, const float *W, int64_t n, int d, const km_params *p, int run,
+		  float *C)
+{
+	float	   *xf = ref_filter_rows(x, n, d, p->metric == KM_METRIC_COSINE);
+	uint64_t   *h = malloc(sizeof(uint64_t) * n);
+
+	for (int64_t r = 0; r < n; r++)
+		h[r] = km_row_hash(x + (size_t) r * d, d, W ? W[r] : 1.0f);
+	ref_seed(xf, W, h, n, d, p, run, C);
+	free(xf);
+	free(h);
 }
 
 /* Rows as the filter sees them, for callers comparing assign(). */

@@ -31,6 +31,8 @@ int			ref_fit(const float *x, const float *w, int64_t n, int d, const km_params 
 void		ref_assign(const float *xf, int64_t n, int d, const float *C, int k, int cosine,
 					   int32_t *labels, double *cost);
 float	   *ref_rows(const float *x, int64_t n, int d, int cosine);
+void		ref_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p,
+					  int run, float *C);
 
 #ifdef __cplusplus
 }
