@@ -379,6 +379,7 @@ SinkCommit(KmGpuSink *sink, bool raise)
 
 	if (sink->stage == NULL)
 		return true;
+	KmStoreFence();				/* rows were streamed in (vector_input.c) */
 	memset(&err, 0, sizeof(err));
 	st = sink->api->dataset_commit(sink->ds, sink->used, &err);
 	sink->stage = NULL;

@@ -75,6 +75,7 @@ extern const char *KmInitName(km_init init);
 /* vector_input.c: checked vectors, and rows gathered into chunks */
 extern int	KmVectorDim(ArrayType *vec);
 extern void KmVectorRead(ArrayType *vec, int dim, float *out);
+extern void KmStoreFence(void);
 extern void KmCheckDimension(int expected, int got);
 
 typedef struct KmGpuSink KmGpuSink;

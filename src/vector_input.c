@@ -9,10 +9,25 @@
  * KM_CHUNK_MAX_BYTES: no reallocation copies the data, partial aggregate
  * states combine by linking chunks, and every allocation is checked against
  * kmeans_gpu.max_memory before it is made.
+ *
+ * Gathering rows is bound by memory traffic, not arithmetic: a table scan
+ * hands over about half a kilobyte per row, and each row is written once and
+ * read again only after the scan, by the engine or by the GPU's copy engine.
+ * So rows are written with non-temporal stores (no read of the destination
+ * before the write, no eviction of the scan's pages from the cache), and
+ * large chunks ask the kernel for huge pages (one page fault per 2 MB rather
+ * than per 4 kB: with 4 kB pages the faults cost more than the scan itself).
  */
 #include "postgres.h"
 
 #include <math.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KM_STREAM_STORES 1
+#endif
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -22,6 +37,8 @@
 
 #define KM_CHUNK_FIRST_ROWS 16
 #define KM_CHUNK_MAX_BYTES ((Size) 64 * 1024 * 1024)
+#define KM_HUGE_PAGE ((Size) 2 * 1024 * 1024)
+#define KM_ROW_ALIGN 64
 
 /*
  * Length of a vector, after checking its shape.
@@ -56,33 +73,151 @@ KmCheckDimension(int expected, int got)
 }
 
 /*
- * Copy a vector of dim values into out as float32, rejecting NULL elements,
- * NaN, infinities and float8 values beyond the range of real.
+ * Copy dim float32 bit patterns from in to out; true when one of them is NaN
+ * or infinite (all exponent bits set).  One pass without branches, which the
+ * compiler vectorises (see the Makefile).
+ */
+static inline bool
+CopyFloat4(const uint32 *restrict in, uint32 *restrict out, int dim)
+{
+	uint32		special = 0;
+
+	for (int i = 0; i < dim; i++)
+	{
+		special |= (uint32) ((in[i] & 0x7f800000) == 0x7f800000);
+		out[i] = in[i];
+	}
+	return special != 0;
+}
+
+#ifdef KM_STREAM_STORES
+/*
+ * For finite floats the magnitude bits are below those of infinity
+ * (0x7f800000), NaN's are above: one unsigned maximum of the magnitudes says
+ * whether a row holds either.
+ */
+#define KM_MAGNITUDE 0x7fffffffu
+#define KM_FINITE_MAX 0x7f7fffffu
+
+/*
+ * CopyFloat4 with non-temporal stores, for rows nobody reads until the scan
+ * is over: the destination is not read into the cache before being written
+ * (that read would double the memory traffic of the copy), and the scan's
+ * own pages stay in the cache.  Every store is non-temporal, also before an
+ * aligned start and at the end, so that no cache line is written both ways.
+ * The stores are weakly ordered: KmStoreFence must run before another thread
+ * or a device reads out.
+ */
+static bool
+StreamFloat4Sse2(const uint32 *restrict in, uint32 *restrict out, int dim)
+{
+	const __m128i magnitude = _mm_set1_epi32(KM_MAGNITUDE);
+	const __m128i finite_max = _mm_set1_epi32(KM_FINITE_MAX);
+	__m128i		special = _mm_setzero_si128();
+	uint32		max1 = 0;
+	int			i = 0;
+
+	for (; i < dim && ((uintptr_t) (out + i) & 15) != 0; i++)
+	{
+		max1 = Max(max1, in[i] & KM_MAGNITUDE);
+		_mm_stream_si32((int *) (out + i), (int) in[i]);
+	}
+	for (; i + 4 <= dim; i += 4)
+	{
+		__m128i		a = _mm_loadu_si128((const __m128i *) (in + i));
+
+		/* SSE2 has no unsigned maximum; magnitudes compare right as signed */
+		special = _mm_or_si128(special,
+							   _mm_cmpgt_epi32(_mm_and_si128(a, magnitude), finite_max));
+		_mm_stream_si128((__m128i *) (out + i), a);
+	}
+	for (; i < dim; i++)
+	{
+		max1 = Max(max1, in[i] & KM_MAGNITUDE);
+		_mm_stream_si32((int *) (out + i), (int) in[i]);
+	}
+	return max1 > KM_FINITE_MAX || _mm_movemask_epi8(special) != 0;
+}
+
+/* StreamFloat4Sse2, 32 bytes a step (rows in the chunks are 64-byte aligned) */
+__attribute__((target("avx2")))
+static bool
+StreamFloat4Avx2(const uint32 *restrict in, uint32 *restrict out, int dim)
+{
+	const __m256i magnitude = _mm256_set1_epi32(KM_MAGNITUDE);
+	__m256i		max = _mm256_setzero_si256();
+	uint32		max1 = 0;
+	int			i = 0;
+
+	for (; i < dim && ((uintptr_t) (out + i) & 31) != 0; i++)
+	{
+		max1 = Max(max1, in[i] & KM_MAGNITUDE);
+		_mm_stream_si32((int *) (out + i), (int) in[i]);
+	}
+	for (; i + 8 <= dim; i += 8)
+	{
+		__m256i		a = _mm256_loadu_si256((const __m256i *) (in + i));
+
+		max = _mm256_max_epu32(max, _mm256_and_si256(a, magnitude));
+		_mm256_stream_si256((__m256i *) (out + i), a);
+	}
+	for (; i < dim; i++)
+	{
+		max1 = Max(max1, in[i] & KM_MAGNITUDE);
+		_mm_stream_si32((int *) (out + i), (int) in[i]);
+	}
+	/* the magnitudes are below 2^31, so a signed compare is right */
+	return max1 > KM_FINITE_MAX ||
+		_mm256_movemask_epi8(_mm256_cmpgt_epi32(max, _mm256_set1_epi32(KM_FINITE_MAX))) != 0;
+}
+
+static int	stream_avx2 = -1;	/* -1: not asked yet */
+#endif
+
+/* StreamFloat4Avx2 where the CPU has AVX2, else StreamFloat4Sse2. */
+static inline bool
+StreamFloat4(const uint32 *restrict in, uint32 *restrict out, int dim)
+{
+#ifdef KM_STREAM_STORES
+	if (unlikely(stream_avx2 < 0))
+		stream_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+	return stream_avx2 ? StreamFloat4Avx2(in, out, dim) : StreamFloat4Sse2(in, out, dim);
+#else
+	return CopyFloat4(in, out, dim);
+#endif
+}
+
+/*
+ * Make the rows written by StreamFloat4 visible to other threads and to
+ * devices: before the engine or the GPU's copy reads them.
  */
 void
-KmVectorRead(ArrayType *vec, int dim, float *out)
+KmStoreFence(void)
 {
-	if (array_contains_nulls(vec))
+#ifdef KM_STREAM_STORES
+	_mm_sfence();
+#endif
+}
+
+/*
+ * Copy a vector of dim values into out as float32, rejecting NULL elements,
+ * NaN, infinities and float8 values beyond the range of real.  With stream,
+ * real[] values are written with non-temporal stores (see StreamFloat4).
+ */
+static inline void
+VectorRead(ArrayType *vec, int dim, float *out, bool stream)
+{
+	if (unlikely(ARR_HASNULL(vec)) && array_contains_nulls(vec))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("vector must not contain NULL values")));
 
-	if (ARR_ELEMTYPE(vec) == FLOAT4OID)
+	if (likely(ARR_ELEMTYPE(vec) == FLOAT4OID))
 	{
-		const uint32 *restrict in = (const uint32 *) ARR_DATA_PTR(vec);
-		uint32	   *restrict dst = (uint32 *) out;
-		uint32		special = 0;
+		const uint32 *in = (const uint32 *) ARR_DATA_PTR(vec);
+		bool		special = stream ? StreamFloat4(in, (uint32 *) out, dim) :
+			CopyFloat4(in, (uint32 *) out, dim);
 
-		/*
-		 * Copy, and look at the exponent bits for NaN and infinities in the
-		 * same pass: a loop without branches, which the compiler vectorises
-		 * (this runs for every row of every scan; see the Makefile).
-		 */
-		for (int i = 0; i < dim; i++)
-		{
-			special |= (uint32) ((in[i] & 0x7f800000) == 0x7f800000);
-			dst[i] = in[i];
-		}
 		if (unlikely(special))
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_EXCEPTION),
@@ -108,6 +243,40 @@ KmVectorRead(ArrayType *vec, int dim, float *out)
 	}
 	else
 		elog(ERROR, "unexpected vector element type %u", ARR_ELEMTYPE(vec));
+}
+
+/*
+ * Whether a vector that VectorRead accepted is all zeros.  It looks at the
+ * array, still in the cache, not at the streamed copy; a float8 value is zero
+ * exactly when its real is (VectorRead rejects underflow).
+ */
+static bool
+VectorIsZero(ArrayType *vec, int dim)
+{
+	if (ARR_ELEMTYPE(vec) == FLOAT4OID)
+	{
+		const float *in = (const float *) ARR_DATA_PTR(vec);
+
+		for (int i = 0; i < dim; i++)
+			if (in[i] != 0.0f)
+				return false;
+	}
+	else
+	{
+		const double *in = (const double *) ARR_DATA_PTR(vec);
+
+		for (int i = 0; i < dim; i++)
+			if (in[i] != 0.0)
+				return false;
+	}
+	return true;
+}
+
+/* VectorRead for one vector that the caller reads at once. */
+void
+KmVectorRead(ArrayType *vec, int dim, float *out)
+{
+	VectorRead(vec, dim, out, false);
 }
 
 /*
@@ -139,6 +308,48 @@ KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine)
 	m->weighted = weighted;
 	m->cosine = cosine;
 	m->host_rows = true;
+}
+
+/*
+ * Ask for transparent huge pages for the whole 2 MB pages inside a chunk of
+ * bytes at mem (no more than advice: where the kernel has none to give, or
+ * gives them only on request and this is refused, 4 kB pages it is).  A chunk
+ * is written once from start to end, so huge pages cost no memory that the
+ * rows would not take anyway, but for the unused end of the last chunk.
+ */
+static void
+AdviseHugePages(char *mem, Size bytes)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+	uintptr_t	start = TYPEALIGN(KM_HUGE_PAGE, (uintptr_t) mem);
+	uintptr_t	end = TYPEALIGN_DOWN(KM_HUGE_PAGE, (uintptr_t) mem + bytes);
+
+	if (end > start)
+		(void) madvise((void *) start, end - start, MADV_HUGEPAGE);
+#endif
+}
+
+/*
+ * Memory for a chunk of rows, 64-byte aligned (a cache line, and the widest
+ * store of StreamFloat4), with the allocation's own start just before it
+ * for FreeRows.
+ */
+static char *
+AllocRows(MemoryContext context, Size bytes)
+{
+	char	   *raw = MemoryContextAllocHuge(context, add_size(bytes, KM_ROW_ALIGN + sizeof(void *)));
+	char	   *mem = (char *) TYPEALIGN(KM_ROW_ALIGN, raw + sizeof(void *));
+
+	((void **) mem)[-1] = raw;
+	if (bytes >= 2 * KM_HUGE_PAGE)
+		AdviseHugePages(mem, bytes);
+	return mem;
+}
+
+static void
+FreeRows(const float *x)
+{
+	pfree(((void **) x)[-1]);
 }
 
 /* Make room in m->chunks for one more chunk. */
@@ -185,7 +396,7 @@ KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got)
 		KmCheckMemory(m->bytes + bytes, "kmeans input");
 
 		GrowChunkArray(m, 1);
-		mem = MemoryContextAllocHuge(m->context, bytes);
+		mem = AllocRows(m->context, bytes);
 		last = &m->chunks[m->nchunks++];
 		last->x = (const float *) mem;
 		last->w = m->weighted ? (const float *) (mem + sizeof(float) * (Size) dim * rows) : NULL;
@@ -256,21 +467,19 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 		}
 		m->n++;
 	}
-	KmVectorRead(vec, dim, row);
+	/*
+	 * Stream the row (StreamFloat4) when nothing reads it before the scan
+	 * ends: not when it is copied to the GPU right away, nor into scratch.
+	 */
+	VectorRead(vec, dim, row,
+			   row != m->scratch && !(m->host_rows && m->gpu != NULL));
 
-	if (m->cosine)
-	{
-		bool		zero = true;
-
-		for (int i = 0; i < dim && zero; i++)
-			zero = row[i] == 0.0f;
-		if (zero)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("zero vector cannot be clustered with metric cosine"),
-					 errdetail("A vector of zeros has no direction."),
-					 errhint("Filter such rows out, or use metric 'l2'.")));
-	}
+	if (m->cosine && VectorIsZero(vec, dim))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("zero vector cannot be clustered with metric cosine"),
+				 errdetail("A vector of zeros has no direction."),
+				 errhint("Filter such rows out, or use metric 'l2'.")));
 
 	if (m->gpu == NULL)
 		return;
@@ -318,7 +527,7 @@ KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 	if (!keep_host)
 	{
 		for (int c = 0; c < m->nchunks; c++)
-			pfree((void *) m->chunks[c].x);
+			FreeRows(m->chunks[c].x);
 		m->nchunks = 0;
 		m->bytes = 0;
 		m->last_capacity = 0;
@@ -362,6 +571,7 @@ KmMatrixData(const KmMatrix *m)
 {
 	km_data		data;
 
+	KmStoreFence();				/* the engine's threads read what we streamed */
 	data.d = m->dim;
 	data.nchunks = m->nchunks;
 	data.chunks = m->chunks;
