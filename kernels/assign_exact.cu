@@ -27,6 +27,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 
 /*
  * Per row: the filter's winner when the gap beats the slack; else, when the
@@ -488,6 +489,275 @@ kmg_exact_chunk_kernel(kmg_args a)
 	}
 }
 
+/*
+ * One exact chain continued over nq float4 steps of x and c, both in shared
+ * memory (kmg_chain4's order and bits; the loads are independent of s, so the
+ * unrolled body has them ahead of the dependent adds).
+ */
+__device__ __forceinline__ double
+kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
+{
+#pragma unroll 4
+	for (int q = 0; q < nq; q++)
+	{
+		const float4 xv = x4[q],
+					cv = c4[q];
+
+		kmg_exact_step(s, xv.x, cv.x, cosine);
+		kmg_exact_step(s, xv.y, cv.y, cosine);
+		kmg_exact_step(s, xv.z, cv.z, cosine);
+		kmg_exact_step(s, xv.w, cv.w, cosine);
+	}
+	return s;
+}
+
+#define KMG_XG 4				/* row groups of kmg_exact_tile_kernel */
+#define KMG_XRPT 4				/* rows per thread: batches of KMG_XG x KMG_XRPT */
+#define KMG_XSEG 64				/* float4 of a centroid staged per warp at a time */
+
+/*
+ * The chunked path (round 4): the same work items and outputs as
+ * kmg_exact_chunk_kernel (16 rows x one tile of bn centroids; per row the
+ * best (cost, centroid) of the tile in xcost/xidx), in three phases so that
+ * no warp runs chains one after another:
+ *  1. filter values: KMG_XG x bn threads, thread (g, col) owns centroid col of
+ *	   the tile for rows 4g..4g+3 (the same fmaf order as the GEMM's recompute
+ *	   of kmg_exact_chunk_kernel, so the same candidates); the KMG_XG groups
+ *	   read the same column of the operand, three of them from L1.  Where
+ *	   the value is within the slack of the row's best, (row, centroid) goes
+ *	   on a list in shared memory.
+ *  2. chains: one listed pair per warp; the warp stages the centroid row in
+ *	   shared memory 64 float4 at a time (coalesced, the next segment's loads
+ *	   in flight) and lane 0 runs the double chain from shared memory.  So an
+ *	   item costs one chain's latency, not (rows with a candidate in the warp)
+ *	   chains, each waiting on L2 every 16 floats as before.
+ *  3. per row the least cost (non-negative doubles order as their bits:
+ *	   atomicMin in shared memory), then the least centroid among those with
+ *	   that cost: ties to the lower index, as before.
+ * Old (round 3) timing: 72.7 us for 340 rows of 100000 x 256 x 1024 with 88
+ * items of 8 warps, a warp running up to 16 chains serially.
+ */
+__global__ void __launch_bounds__(1024, 1)
+kmg_exact_tile_kernel(kmg_args a, int cmode)
+{
+	extern __shared__ __align__(16) unsigned char kmg_xsmem3[];
+	const int	R = KMG_XG * KMG_XRPT;
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31,
+				warp = tid >> 5,
+				nwarps = blockDim.x >> 5;
+	const int	dp = a.dp;
+	const int	q4 = dp / 4;
+	const int	bn = a.fbn;
+	const int	g = tid / bn,
+				col = tid - g * bn;
+	const int	tiles = (a.kp + bn - 1) / bn;
+	const float *Bt = a.fwork;
+	const float *Cnt = a.fwork + (size_t) tiles * bn * dp;
+	float4	   *xs4 = (float4 *) kmg_xsmem3;	/* R x q4: the rows */
+	float4	   *cbuf = xs4 + (size_t) R * q4;	/* nwarps x KMG_XSEG: staged centroids */
+	double	   *ccost = (double *) (cbuf + (size_t) nwarps * KMG_XSEG);	/* R x bn */
+	int		   *cand = (int *) (ccost + (size_t) R * bn);	/* R x bn: row << 16 | col */
+	__shared__ unsigned long long smin[KMG_XG * KMG_XRPT];
+	__shared__ int sj[KMG_XG * KMG_XRPT];
+	__shared__ int srow[KMG_XG * KMG_XRPT];
+	__shared__ float sthr[KMG_XG * KMG_XRPT];
+	__shared__ int ncand;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int	namb = min(*(volatile int *) &a.ctl->namb, a.xcap);
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int	nb = (namb + R - 1) / R;
+	const int	nitems = nb * a.xchunks;
+
+	for (int item = blockIdx.x; item < nitems; item += gridDim.x)
+	{
+		const int	b = item / a.xchunks;
+		const int	c = item - b * a.xchunks;
+		const int	base = b * R;
+		const int	nr = namb - base < R ? namb - base : R;
+		const int	j = c * bn + col;
+
+		__syncthreads();
+		if (tid < R)
+		{
+			float		thr = INFINITY;
+
+			if (tid < nr)
+			{
+				const int	i = a.amb[base + tid];
+				const float xn = a.xnorm[i];
+
+				srow[tid] = i;
+				if (!(all_exact || (a.cosine && xn == 0.0f)))
+					thr = a.fbest[i] + km_filter_slack(a.d, xn, cmax);
+				if (isnan(thr))
+					thr = INFINITY;
+			}
+			sthr[tid] = thr;
+			smin[tid] = 0x7ff0000000000000ULL;	/* +inf: no candidate in this tile */
+			sj[tid] = INT_MAX;
+		}
+		if (tid == 0)
+			ncand = 0;
+		__syncthreads();
+		for (int e = tid; e < nr * q4; e += blockDim.x)
+		{
+			const int	r = e / q4;
+			const int	q = e - r * q4;
+
+			xs4[e] = reinterpret_cast<const float4 *>(a.X + (size_t) srow[r] * dp)[q];
+		}
+		__syncthreads();
+
+		/* 1. filter values of rows 4g..4g+3 for centroid j, and the list */
+		if (j < a.k)
+		{
+			const float *bcol = Bt + (size_t) c * dp * bn + col;
+			const float4 *xr = xs4 + (size_t) g * KMG_XRPT * q4;
+			float		acc[KMG_XRPT];
+			float		bA[8],
+						bB[8];
+
+#pragma unroll
+			for (int r = 0; r < KMG_XRPT; r++)
+				acc[r] = Cnt[j];
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				bA[u] = u < dp ? __ldg(bcol + (size_t) u * bn) : 0.0f;
+			for (int q0 = 0; q0 < q4; q0 += 2)
+			{
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+				{
+					const int	e = 4 * q0 + 8 + u;
+
+					bB[u] = e < dp ? __ldg(bcol + (size_t) e * bn) : 0.0f;
+				}
+#pragma unroll
+				for (int v = 0; v < 2; v++)
+				{
+					if (q0 + v >= q4)
+						break;
+#pragma unroll
+					for (int r = 0; r < KMG_XRPT; r++)
+					{
+						const float4 x = xr[r * q4 + q0 + v];
+
+						acc[r] = fmaf(x.x, bA[4 * v], acc[r]);
+						acc[r] = fmaf(x.y, bA[4 * v + 1], acc[r]);
+						acc[r] = fmaf(x.z, bA[4 * v + 2], acc[r]);
+						acc[r] = fmaf(x.w, bA[4 * v + 3], acc[r]);
+					}
+				}
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					bA[u] = bB[u];
+			}
+#pragma unroll
+			for (int r = 0; r < KMG_XRPT; r++)
+			{
+				const int	rr = g * KMG_XRPT + r;
+
+				if (rr < nr && !(acc[r] > sthr[rr]))
+					cand[atomicAdd(&ncand, 1)] = (rr << 16) | col;
+			}
+		}
+		__syncthreads();
+
+		/*
+		 * 2. the chains: few pairs (nc <= warps), one per warp with the
+		 * centroid staged in shared memory; many, one per thread, the
+		 * centroid read from global memory with its loads ahead (kmg_chain4).
+		 * cmode (KMG_EXACT_CHAIN, timing only): 1 always per warp, 2 always
+		 * per thread, 3 no chains at all (wrong labels: the filter phase's
+		 * time alone).
+		 */
+		const int	nc = ncand;
+		float4	   *wb = cbuf + (size_t) warp * KMG_XSEG;
+		const int	per_thread = cmode == 2 || (cmode == 0 && nc > nwarps);
+
+		if (cmode == 3)
+		{
+			for (int t = tid; t < nc; t += blockDim.x)
+				ccost[t] = 0.0;
+			if (tid < nr)
+				smin[tid] = 0;
+		}
+		else if (per_thread)
+		{
+			for (int t = tid; t < nc; t += blockDim.x)
+			{
+				const int	r = cand[t] >> 16;
+				const int	jj = c * bn + (cand[t] & 0xffff);
+				const double cost = kmg_chain4(xs4 + (size_t) r * q4,
+											   reinterpret_cast<const float4 *>(a.C + (size_t) jj * dp),
+											   q4, a.cosine ? a.cnorm[jj] : 0.0, a.cosine);
+
+				ccost[t] = cost;
+				atomicMin(&smin[r], (unsigned long long) __double_as_longlong(cost));
+			}
+		}
+		else
+		for (int t = warp; t < nc; t += nwarps)
+		{
+			const int	r = cand[t] >> 16;
+			const int	jj = c * bn + (cand[t] & 0xffff);
+			const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) jj * dp);
+			const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			const int	nseg = (q4 + KMG_XSEG - 1) / KMG_XSEG;
+			float4		v0 = lane < q4 ? c4[lane] : z,
+						v1 = lane + 32 < q4 ? c4[lane + 32] : z;
+			double		s = 0.0;
+
+			for (int sg = 0; sg < nseg; sg++)
+			{
+				const int	q0 = sg * KMG_XSEG;
+				const int	qn = (sg + 1) * KMG_XSEG;
+
+				__syncwarp();
+				wb[lane] = v0;
+				wb[lane + 32] = v1;
+				__syncwarp();
+				if (sg + 1 < nseg)
+				{
+					v0 = qn + lane < q4 ? c4[qn + lane] : z;
+					v1 = qn + lane + 32 < q4 ? c4[qn + lane + 32] : z;
+				}
+				if (lane == 0)
+					s = kmg_chain_seg(s, xs4 + (size_t) r * q4 + q0, wb,
+									  min(KMG_XSEG, q4 - q0), a.cosine);
+			}
+			if (lane == 0)
+			{
+				const double cost = kmg_exact_finish(s, a.cosine ? a.cnorm[jj] : 0.0, a.cosine);
+
+				ccost[t] = cost;
+				atomicMin(&smin[r], (unsigned long long) __double_as_longlong(cost));
+			}
+		}
+		__syncthreads();
+
+		/* 3. the least centroid among those at the least cost */
+		for (int t = tid; t < nc; t += blockDim.x)
+		{
+			const int	r = cand[t] >> 16;
+
+			if ((unsigned long long) __double_as_longlong(ccost[t]) == smin[r])
+				atomicMin(&sj[r], c * bn + (cand[t] & 0xffff));
+		}
+		__syncthreads();
+		if (tid < nr)
+		{
+			a.xcost[(size_t) (base + tid) * a.xchunks + c] = __longlong_as_double((long long) smin[tid]);
+			a.xidx[(size_t) (base + tid) * a.xchunks + c] = sj[tid];
+		}
+	}
+}
+
 /* The best over the chunks of each ambiguous row: its label. */
 __global__ void
 kmg_exact_merge_kernel(kmg_args a, int mode)
@@ -553,6 +823,26 @@ kmg_exact_rows(int dp)
 	return dp <= 2048 ? 8 : 1;
 }
 
+/* An integer from the environment, 0 when unset (timing switches). */
+static int
+kmg_exact_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL ? atoi(v) : 0;
+}
+
+/* KMG_EXACT_OLD=1: round 3's chunk kernel (for timing the two in one build). */
+static int
+kmg_exact_old(void)
+{
+	static int	v = -1;
+
+	if (v < 0)
+		v = getenv("KMG_EXACT_OLD") != NULL && getenv("KMG_EXACT_OLD")[0] == '1';
+	return v;
+}
+
 cudaError_t
 kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 {
@@ -566,8 +856,27 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 	if (a->n == 0)
 		return cudaSuccess;
 
-	/* the chunked path for the first xcap ambiguous rows */
-	if (RC == 16)
+	/*
+	 * the chunked path for the first xcap ambiguous rows; the tile kernel
+	 * only up to 8 tiles (k <= 2048): with more items per SM than that it
+	 * lost to the old kernel (999 against 656 us at 300000 x 408 x 5000,
+	 * NOTES.md round 4)
+	 */
+	if (RC == 16 && KMG_XG * a->fbn <= 1024 && a->fbn % 32 == 0 && a->xchunks <= 8 &&
+		!kmg_exact_old())
+	{
+		const int	nt = KMG_XG * a->fbn;
+		const size_t sm = (size_t) KMG_XG * KMG_XRPT * a->dp * sizeof(float) +
+			(size_t) (nt / 32) * KMG_XSEG * sizeof(float4) +
+			(size_t) KMG_XG * KMG_XRPT * a->fbn * (sizeof(double) + sizeof(int));
+
+		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_tile_kernel,
+									  cudaFuncAttributeMaxDynamicSharedMemorySize,
+									  (int) sm)) != cudaSuccess)
+			return e;
+		kmg_exact_tile_kernel<<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
+	}
+	else if (RC == 16)
 	{
 		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<16>,
 									  cudaFuncAttributeMaxDynamicSharedMemorySize,
