@@ -22,6 +22,7 @@ typedef struct KmFitScan
 	double		estimated_rows; /* from statistics, for the early memory check */
 	const KmOptions *opts;
 	bool		first_row_seen;
+	int64		gpu_setup_us;	/* starting the stream to the GPU (verbose) */
 } KmFitScan;
 
 /*
@@ -44,7 +45,12 @@ FirstRow(KmFitScan *scan, int dim)
 	scan->matrix.dim = dim;
 	/* straight to the GPU: should it give up, ReadRows runs again for the CPU */
 	if (choice != KM_ENGINE_CPU)
+	{
+		TimestampTz start = GetCurrentTimestamp();
+
 		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows, false);
+		scan->gpu_setup_us = GetCurrentTimestamp() - start;
+	}
 }
 
 /*
@@ -96,11 +102,17 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 	KmMatrixInit(&scan->matrix, context, scan->weighted, opts->metric == KM_METRIC_COSINE);
 	KmScanTable(spec, FitRow, scan);
 	if (kmeans_verbose)
+	{
+		char		gpu[96] = "";
+
+		if (scan->matrix.gpu != NULL)
+			snprintf(gpu, sizeof(gpu), ", streaming them to the GPU (of which %.3f s to set it up)",
+					 (double) scan->gpu_setup_us / 1e6);
 		ereport(INFO,
 				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
 						scan->matrix.n, scan->n_skipped,
-						(double) (GetCurrentTimestamp() - start) / 1e6,
-						scan->matrix.gpu != NULL ? ", streaming them to the GPU" : "")));
+						(double) (GetCurrentTimestamp() - start) / 1e6, gpu)));
+	}
 
 	if (scan->weighted && scan->matrix.n > 0 && !(scan->weight_sum > 0))
 		ereport(ERROR,
