@@ -195,7 +195,7 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			   int k, int ntiles,
 			   int32_t *__restrict__ best, float *__restrict__ fbest,
 			   int32_t *__restrict__ second, float *__restrict__ fsecond,
-			   float *__restrict__ fthird)
+			   float *__restrict__ fthird, const int *stop)
 {
 	constexpr int BM = T::BM, BN = T::BN, TM = T::TM, TN = T::TN, NT = T::NT;
 	constexpr int AP = T::AP;
@@ -252,6 +252,15 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 	if (tid < BN / 4)
 		km_cp_async16(Cs + tid * 4, Cn + tid * 4);
 	km_cp_async_commit();
+	/*
+	 * The run's stop flag, read while the prologue's copies are in flight
+	 * (read before them, its latency delayed every block's start).
+	 */
+	if (stop != nullptr && *(volatile const int *) stop != 0)
+	{
+		km_cp_async_wait_all();
+		return;
+	}
 	km_cp_async_wait_all();
 	km_stage_a<T>(As, Xs, tid, a_r, a_k);
 
@@ -573,9 +582,7 @@ km_filter_kernel(const float *__restrict__ X, int64_t n, int dp,
 				 int32_t *__restrict__ best, float *__restrict__ fbest,
 				 float *__restrict__ fsecond, const int *stop)
 {
-	if (stop != nullptr && *(volatile const int *) stop != 0)
-		return;
-	km_filter_body<T, false>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, nullptr, fsecond, nullptr);
+	km_filter_body<T, false>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, nullptr, fsecond, nullptr, stop);
 }
 
 /* The top-3 variant (km_filter_top3). */
@@ -588,9 +595,7 @@ km_filter3_kernel(const float *__restrict__ X, int64_t n, int dp,
 				  int32_t *__restrict__ second, float *__restrict__ fsecond,
 				  float *__restrict__ fthird, const int *stop)
 {
-	if (stop != nullptr && *(volatile const int *) stop != 0)
-		return;
-	km_filter_body<T, true>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, second, fsecond, fthird);
+	km_filter_body<T, true>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, second, fsecond, fthird, stop);
 }
 
 /*

@@ -10,9 +10,12 @@
  * bench_engine.cu.
  *
  * Why it is fast, and deterministic.  Floating-point atomics would make the
- * sums depend on timing, so rows are first grouped by label: CUB's radix
- * sort of (label, row) pairs over ceil(log2 k) bits is stable, so each
- * cluster's rows come in increasing row order, whatever the grid.  Each
+ * sums depend on timing, so rows are first grouped by label, stably, so each
+ * cluster's rows come in increasing row order, whatever the grid: for
+ * k <= KMG_CSORT_KMAX a counting sort (per-tile label counts, their prefix
+ * over the tiles, the label starts, a stable scatter; four short kernels that
+ * also give each label's bounds), otherwise CUB's radix sort of (label, row)
+ * pairs over ceil(log2 k) bits.  Each
  * cluster's rows are then cut into pieces of KMG_PIECE rows, one block per
  * piece (so a few big clusters still fill the GPU), summed in row order with
  * several rows' loads in flight, and the pieces are added in order; the cost
@@ -25,6 +28,7 @@
 #include "finalize_block.cuh"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include <cub/cub.cuh>
 
@@ -37,6 +41,55 @@ kmg_label_bits(int k)
 	while (b < 31 && (1 << b) < k)
 		b++;
 	return b;
+}
+
+/*
+ * Counting sort by label (k <= KMG_CSORT_KMAX).  The rows are cut into tiles
+ * of kmg_csort_tile rows; cnt[t][j] counts label j in tile t, off[t][j] is
+ * its exclusive prefix over the tiles, bounds[j] the label's [start, end).
+ * The scatter gives rows of one label in tile order and, within a tile, in
+ * row order (one warp walks its tile 32 rows at a time, ranks by
+ * __match_any_sync), so the result is CUB's stable order.  Whether it is
+ * used depends on (n, k) alone (and KMG_SORT_CUB=1, for timing), so that
+ * kmg_segment knows whether the bounds and pieces are already there.
+ */
+#define KMG_CSORT_KMAX 8192
+#define KMG_CSORT_TMAX 8192
+
+static int64_t
+kmg_csort_tile(int64_t n)
+{
+	int64_t		t = (n + 255) / 256;	/* about 256 tiles ... */
+
+	t = (t + 31) / 32 * 32;
+	if (t < 1024)
+		t = 1024;				/* ... of at least 32 steps of the warp ... */
+	if (t > KMG_CSORT_TMAX)
+		t = KMG_CSORT_TMAX;		/* ... and labels that fit in shared memory */
+	return t;
+}
+
+static size_t
+kmg_csort_bytes(int64_t n, int k)
+{
+	const int64_t tiles = (n + kmg_csort_tile(n) - 1) / kmg_csort_tile(n);
+
+	return (size_t) (2 * tiles + 1) * k * sizeof(int32_t);
+}
+
+static int
+kmg_csort_used(int64_t n, int k)
+{
+	static int	force_cub = -1;
+
+	if (force_cub < 0)
+	{
+		const char *e = getenv("KMG_SORT_CUB");
+
+		force_cub = e != NULL && e[0] == '1';
+	}
+	return !force_cub && k <= KMG_CSORT_KMAX && n < INT32_MAX &&
+		(n + kmg_csort_tile(n) - 1) / kmg_csort_tile(n) * k <= ((int64_t) 1 << 22);
 }
 
 size_t
@@ -55,20 +108,12 @@ kmg_sort_temp_bytes(int64_t n, int k)
 		a = b;
 	cub::DeviceRadixSort::SortPairs((void *) NULL, b, (const double *) NULL, (double *) NULL,
 									(const int32_t *) NULL, (int32_t *) NULL, (int) n);
+	if (b > a)
+		a = b;
+	b = kmg_csort_bytes(n, k);
 	return a > b ? a : b;
 }
 
-/* skeys/svals: labels sorted, with their rows (stable: rows ascend). */
-cudaError_t
-kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_bytes,
-				cudaStream_t stream)
-{
-	size_t		bytes = temp_bytes;
-
-	return cub::DeviceRadixSort::SortPairs(temp, bytes, (const int32_t *) a->labels, a->skeys,
-										   iota, a->svals, (int) a->n, 0,
-										   kmg_label_bits(a->k), stream);
-}
 
 /* Rows by decreasing cost, ties to the lower row (the sort is stable). */
 cudaError_t
@@ -141,17 +186,18 @@ kmg_bounds_kernel(kmg_args a)
  * a running block scan over the clusters.
  */
 __global__ void __launch_bounds__(1024)
-kmg_pieces_kernel(kmg_args a)
+kmg_pieces_kernel(kmg_args a, const int32_t *count)
 {
 	typedef cub::BlockScan<int, 1024> Scan;
 	__shared__ typename Scan::TempStorage tmp;
-	__shared__ int carry;
+	__shared__ int carry,
+				rcarry;
 	const int	tid = threadIdx.x;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 	if (tid == 0)
-		carry = 0;
+		carry = rcarry = 0;
 	__syncthreads();
 	for (int j0 = 0; j0 < a.k; j0 += 1024)
 	{
@@ -161,9 +207,26 @@ kmg_pieces_kernel(kmg_args a)
 					off,
 					tot;
 
+		if (count != NULL)
+		{
+			/* the counting sort's label counts: the bounds first */
+			const int	c = j < a.k ? count[j] : 0;
+			int			start,
+						all;
+
+			Scan(tmp).ExclusiveSum(c, start, all);
+			se = make_int2(rcarry + start, rcarry + start + c);
+			if (j < a.k)
+				a.bounds[j] = se;
+			__syncthreads();
+			if (tid == 0)
+				rcarry += all;
+			__syncthreads();
+		}
 		if (j < a.k)
 		{
-			se = a.bounds[j];
+			if (count == NULL)
+				se = a.bounds[j];
 			np = (se.y - se.x + KMG_PIECE - 1) / KMG_PIECE;
 			if (np < 1)
 				np = 1;
@@ -189,6 +252,148 @@ kmg_pieces_kernel(kmg_args a)
 	}
 	if (tid == 0)
 		*a.npieces = carry;
+}
+
+/* cnt[t][j]: rows of label j in tile t (every j written). */
+__global__ void __launch_bounds__(256)
+kmg_csort_count_kernel(kmg_args a, int tile, int32_t *cnt)
+{
+	extern __shared__ int hist[];
+	const int	tid = threadIdx.x;
+	const int64_t r0 = (int64_t) blockIdx.x * tile;
+	const int64_t r1 = r0 + tile < a.n ? r0 + tile : a.n;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int j = tid; j < a.k; j += 256)
+		hist[j] = 0;
+	__syncthreads();
+	for (int64_t r = r0 + tid; r < r1; r += 256)
+		atomicAdd(&hist[a.labels[r]], 1);
+	__syncthreads();
+	for (int j = tid; j < a.k; j += 256)
+		cnt[(size_t) blockIdx.x * a.k + j] = hist[j];
+}
+
+/*
+ * off[t][j] = rows of label j in tiles before t, tot[j] = all of them: 32
+ * labels a block (lanes), the tiles cut into 8 runs (warps), the runs' sums
+ * scanned in shared memory.
+ */
+__global__ void __launch_bounds__(256)
+kmg_csort_prefix_kernel(kmg_args a, int tiles, const int32_t *__restrict__ cnt,
+						int32_t *__restrict__ off, int32_t *__restrict__ tot)
+{
+	__shared__ int part[8][33];
+	const int	lane = threadIdx.x & 31,
+				w = threadIdx.x >> 5;
+	const int	j = blockIdx.x * 32 + lane;
+	const int	per = (tiles + 7) / 8;
+	const int	t0 = w * per;
+	const int	t1 = t0 + per < tiles ? t0 + per : tiles;
+	int			sum = 0,
+				run = 0;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	if (j < a.k)
+#pragma unroll 4
+		for (int t = t0; t < t1; t++)
+			sum += cnt[(size_t) t * a.k + j];
+	part[w][lane] = sum;
+	__syncthreads();
+	for (int i = 0; i < w; i++)
+		run += part[i][lane];
+	if (j < a.k)
+	{
+#pragma unroll 4
+		for (int t = t0; t < t1; t++)
+		{
+			off[(size_t) t * a.k + j] = run;
+			run += cnt[(size_t) t * a.k + j];
+		}
+		if (w == 7)
+			tot[j] = run;
+	}
+}
+
+/*
+ * The stable scatter: one block per tile, the tile's labels staged in shared
+ * memory (16 bits each) and each label's next position, by all four warps;
+ * then one warp walks the tile, 32 rows a step, ranked within the step by
+ * __match_any_sync (lower lanes first); the lowest lane of each label moves
+ * its position on.
+ */
+#define KMG_CSORT_NT 128
+
+__global__ void __launch_bounds__(KMG_CSORT_NT)
+kmg_csort_scatter_kernel(kmg_args a, int tile, const int32_t *off)
+{
+	extern __shared__ int pos[];
+	unsigned short *lab = (unsigned short *) (pos + a.k);
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int64_t r0 = (int64_t) blockIdx.x * tile;
+	const int	m = (int) (r0 + tile < a.n ? tile : a.n - r0);
+	const unsigned lt = (1u << lane) - 1u;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int j = tid; j < a.k; j += KMG_CSORT_NT)
+		pos[j] = a.bounds[j].x + off[(size_t) blockIdx.x * a.k + j];
+	for (int i = tid; i < m; i += KMG_CSORT_NT)
+		lab[i] = (unsigned short) a.labels[r0 + i];
+	__syncthreads();
+	if (tid >= 32)
+		return;
+	for (int i0 = 0; i0 < m; i0 += 32)
+	{
+		const int	i = i0 + lane;
+		const int	L = i < m ? (int) lab[i] : -1;
+		const unsigned same = __match_any_sync(0xffffffffu, L);
+		const int	rank = __popc(same & lt);
+		const int	base = L >= 0 ? pos[L] : 0;
+
+		__syncwarp();
+		if (L >= 0)
+		{
+			a.svals[base + rank] = (int32_t) (r0 + i);
+			if (rank == 0)
+				pos[L] = base + __popc(same);
+		}
+		__syncwarp();
+	}
+}
+
+/* svals: the rows grouped by label, rows ascending within a label (stable). */
+cudaError_t
+kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_bytes,
+				cudaStream_t stream)
+{
+	size_t		bytes = temp_bytes;
+
+	if (kmg_csort_used(a->n, a->k))
+	{
+		const int	tile = (int) kmg_csort_tile(a->n);
+		const int	tiles = (int) ((a->n + tile - 1) / tile);
+		int32_t    *cnt = (int32_t *) temp;
+		int32_t    *off = cnt + (size_t) tiles * a->k;
+		int32_t    *tot = off + (size_t) tiles * a->k;
+
+		if (temp_bytes < kmg_csort_bytes(a->n, a->k))
+			return cudaErrorInvalidValue;	/* kmg_sort_temp_bytes counts it */
+
+		/* the bounds and pieces come with it: kmg_segment leaves them */
+		kmg_csort_count_kernel<<<tiles, 256, a->k * sizeof(int), stream>>>(*a, tile, cnt);
+		kmg_csort_prefix_kernel<<<(a->k + 31) / 32, 256, 0, stream>>>(*a, tiles, cnt, off, tot);
+		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, tot);
+		kmg_csort_scatter_kernel<<<tiles, KMG_CSORT_NT, a->k * sizeof(int) + tile * sizeof(short),
+			stream>>>(*a, tile, off);
+		return cudaGetLastError();
+	}
+	return cub::DeviceRadixSort::SortPairs(temp, bytes, (const int32_t *) a->labels, a->skeys,
+										   iota, a->svals, (int) a->n, 0,
+										   kmg_label_bits(a->k), stream);
 }
 
 /* 128-bit integer (km_fix) sums across a warp: integer adds, any order. */
@@ -478,10 +683,14 @@ kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t stream)
 
 	if (blocks > 132 * 16)
 		blocks = 132 * 16;
-	if ((e = cudaMemsetAsync(a->bounds, 0, sizeof(int2) * a->k, stream)) != cudaSuccess)
-		return e;
-	kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);
-	kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a);
+	if (!kmg_csort_used(a->n, a->k))
+	{
+		/* CUB's sort: the bounds from the sorted labels, then the pieces */
+		if ((e = cudaMemsetAsync(a->bounds, 0, sizeof(int2) * a->k, stream)) != cudaSuccess)
+			return e;
+		kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);
+		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, NULL);
+	}
 	kmg_piece_sums_kernel<<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums);
 	kmg_combine_kernel<<<a->k, KMG_SEG_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();

@@ -1277,7 +1277,12 @@ bench(void)
 	printf("\n%-22s %12s %12s %8s %10s %5s %9s  %s\n", "shape (n,d,k)", "iter (us)", "sgemm (us)",
 		   "ratio", "target", "met", "upload", "iters");
 	fprintf(summary, "\nper-iteration time (explicit init, tol 0, data on the GPU), SGEMM strict fp32\n");
-	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+	/* BENCH_SHAPES=m: the first m shapes only (the large-k ones are 3) */
+	const size_t nshapes = getenv("BENCH_SHAPES") != NULL ?
+		std::min(sizeof(shapes) / sizeof(shapes[0]), (size_t) atoi(getenv("BENCH_SHAPES"))) :
+		sizeof(shapes) / sizeof(shapes[0]);
+
+	for (size_t s = 0; s < nshapes; s++)
 	{
 		const int64_t n = shapes[s].n;
 		const int	d = shapes[s].d,
