@@ -55,15 +55,19 @@ kmg_label_bits(int k)
  */
 #define KMG_CSORT_KMAX 8192
 #define KMG_CSORT_TMAX 8192
+#define KMG_CSORT_CELLS ((int64_t) 1 << 22)
 
 static int64_t
-kmg_csort_tile(int64_t n)
+kmg_csort_tile(int64_t n, int k)
 {
-	int64_t		t = (n + 255) / 256;	/* about 256 tiles ... */
+	int64_t		t = (n + 1023) / 1024;	/* about 1024 tiles ... */
+	const int64_t tk = (n * k + KMG_CSORT_CELLS - 1) / KMG_CSORT_CELLS;
 
+	if (t < tk)
+		t = tk;					/* ... at most KMG_CSORT_CELLS counts ... */
 	t = (t + 31) / 32 * 32;
 	if (t < 1024)
-		t = 1024;				/* ... of at least 32 steps of the warp ... */
+		t = 1024;				/* ... at least 32 steps of the warp ... */
 	if (t > KMG_CSORT_TMAX)
 		t = KMG_CSORT_TMAX;		/* ... and labels that fit in shared memory */
 	return t;
@@ -72,7 +76,7 @@ kmg_csort_tile(int64_t n)
 static size_t
 kmg_csort_bytes(int64_t n, int k)
 {
-	const int64_t tiles = (n + kmg_csort_tile(n) - 1) / kmg_csort_tile(n);
+	const int64_t tiles = (n + kmg_csort_tile(n, k) - 1) / kmg_csort_tile(n, k);
 
 	return (size_t) (2 * tiles + 1) * k * sizeof(int32_t);
 }
@@ -89,7 +93,7 @@ kmg_csort_used(int64_t n, int k)
 		force_cub = e != NULL && e[0] == '1';
 	}
 	return !force_cub && k <= KMG_CSORT_KMAX && n < INT32_MAX &&
-		(n + kmg_csort_tile(n) - 1) / kmg_csort_tile(n) * k <= ((int64_t) 1 << 22);
+		(n + kmg_csort_tile(n, k) - 1) / kmg_csort_tile(n, k) * k <= KMG_CSORT_CELLS;
 }
 
 size_t
@@ -277,18 +281,18 @@ kmg_csort_count_kernel(kmg_args a, int tile, int32_t *cnt)
 
 /*
  * off[t][j] = rows of label j in tiles before t, tot[j] = all of them: 32
- * labels a block (lanes), the tiles cut into 8 runs (warps), the runs' sums
+ * labels a block (lanes), the tiles cut into 32 runs (warps), the runs' sums
  * scanned in shared memory.
  */
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(1024)
 kmg_csort_prefix_kernel(kmg_args a, int tiles, const int32_t *__restrict__ cnt,
 						int32_t *__restrict__ off, int32_t *__restrict__ tot)
 {
-	__shared__ int part[8][33];
+	__shared__ int part[32][33];
 	const int	lane = threadIdx.x & 31,
 				w = threadIdx.x >> 5;
 	const int	j = blockIdx.x * 32 + lane;
-	const int	per = (tiles + 7) / 8;
+	const int	per = (tiles + 31) / 32;
 	const int	t0 = w * per;
 	const int	t1 = t0 + per < tiles ? t0 + per : tiles;
 	int			sum = 0,
@@ -312,7 +316,7 @@ kmg_csort_prefix_kernel(kmg_args a, int tiles, const int32_t *__restrict__ cnt,
 			off[(size_t) t * a.k + j] = run;
 			run += cnt[(size_t) t * a.k + j];
 		}
-		if (w == 7)
+		if (w == 31)
 			tot[j] = run;
 	}
 }
@@ -374,7 +378,7 @@ kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_
 
 	if (kmg_csort_used(a->n, a->k))
 	{
-		const int	tile = (int) kmg_csort_tile(a->n);
+		const int	tile = (int) kmg_csort_tile(a->n, a->k);
 		const int	tiles = (int) ((a->n + tile - 1) / tile);
 		int32_t    *cnt = (int32_t *) temp;
 		int32_t    *off = cnt + (size_t) tiles * a->k;
@@ -385,7 +389,7 @@ kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_
 
 		/* the bounds and pieces come with it: kmg_segment leaves them */
 		kmg_csort_count_kernel<<<tiles, 256, a->k * sizeof(int), stream>>>(*a, tile, cnt);
-		kmg_csort_prefix_kernel<<<(a->k + 31) / 32, 256, 0, stream>>>(*a, tiles, cnt, off, tot);
+		kmg_csort_prefix_kernel<<<(a->k + 31) / 32, 1024, 0, stream>>>(*a, tiles, cnt, off, tot);
 		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, tot);
 		kmg_csort_scatter_kernel<<<tiles, KMG_CSORT_NT, a->k * sizeof(int) + tile * sizeof(short),
 			stream>>>(*a, tile, off);
