@@ -63,6 +63,9 @@
 #define KMG_PP_DENSE_FRAC 0.06	/* unpruned share above which units go dense */
 #define KMG_PP_DENSE_UNITS 16
 #define KMG_PP_RS 36			/* floats per row of a dense stage (32 + pad) */
+#ifndef KMG_PP_XB
+#define KMG_PP_XB 2			/* filter: float4 loads a thread issues at once for the pairs */
+#endif
 
 /* ---- random init ---- */
 
@@ -299,31 +302,6 @@ kmg_pp_term_dev(float w, float m, const kmg_pp_state &st)
 	return kmg_pp_term(w, m, st.shift);
 }
 
-/* D2 of a float row (global) and a column (shared), seed_pp.h's chains. */
-__device__ __forceinline__ float
-kmg_pp_exact(const float *__restrict__ x, const float *c, int dp)
-{
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
-	const float4 *c4 = reinterpret_cast<const float4 *>(c);
-	float		a0 = 0.0f,
-				a1 = 0.0f,
-				a2 = 0.0f,
-				a3 = 0.0f;
-
-#pragma unroll 4
-	for (int g = 0; g < dp / 4; g++)
-	{
-		const float4 xv = __ldg(x4 + g);
-		const float4 cv = c4[g];
-
-		a0 = kmg_pp_step(a0, xv.x, cv.x);
-		a1 = kmg_pp_step(a1, xv.y, cv.y);
-		a2 = kmg_pp_step(a2, xv.z, cv.z);
-		a3 = kmg_pp_step(a3, xv.w, cv.w);
-	}
-	return kmg_pp_join(a0, a1, a2, a3);
-}
-
 /* What each thread of a unit carries over its rows. */
 template <int LB>
 struct kmg_pp_thr
@@ -339,21 +317,21 @@ struct kmg_pp_thr
 /*
  * The end of one row (both pipelines): dist[0] = d to prev, dist[1 + l] = d
  * to candidate l (+inf where the filter proved d >= D2, which gives the same
- * minima).
+ * minima).  w, d2o (D2 before this unit) and h (the row's hash, needed at
+ * step 0, in SELECT units and for the next keys) come from the caller, which
+ * can load them early.
  */
 template <int LB>
 __device__ __forceinline__ void
 kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_next,
-		   uint64_t stream, int64_t r, const float (&dist)[LB + 1], kmg_pp_thr<LB> &t,
-		   double *lk, int *lr)
+		   uint64_t stream, int64_t r, float w, float d2o, uint64_t h,
+		   const float (&dist)[LB + 1], kmg_pp_thr<LB> &t, double *lk, int *lr)
 {
-	const float w = a.W != NULL ? __ldg(a.W + r) : 1.0f;
-
 	if (!(w > 0.0f))
 		return;
 	if (st.nod2)
 	{
-		const double fk = km_sample_key(__ldg(a.hashes + r), stream, (double) w);
+		const double fk = km_sample_key(h, stream, (double) w);
 
 		if (kmg_before(fk, (int) r, t.fk, t.fr))
 		{
@@ -363,7 +341,6 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 		return;
 	}
 
-	const float d2o = st.first ? INFINITY : __ldcg(a.d2 + r);
 	float		d2n = d2o;
 
 	if (st.has_prev)
@@ -375,7 +352,6 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	t.pot[0] += kmg_pp_term_dev(w, d2n, st);
 	if (select)
 	{
-		const uint64_t h = __ldg(a.hashes + r);
 		const double key = km_sample_key(h, stream, (double) w * (double) d2n);
 		const double fk = km_sample_key(h, stream, (double) w);
 		const int	L = a.L;
@@ -413,7 +389,6 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 			}
 		if (keys_next)
 		{
-			const uint64_t h = __ldg(a.hashes + r);
 			const double u = km_uniform(h, stream);
 			const double xd = st.tau * (double) w * (double) d2n;
 
@@ -446,6 +421,24 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	}
 }
 
+/* kmg_pp_row with the row's own values loaded here (step 0, dense units). */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_row_ld(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_next,
+			  uint64_t stream, int64_t r, const float (&dist)[LB + 1], kmg_pp_thr<LB> &t,
+			  double *lk, int *lr)
+{
+	const float w = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+
+	if (!(w > 0.0f))
+		return;
+
+	const uint64_t h = st.nod2 || select || keys_next ? __ldg(a.hashes + r) : 0ull;
+	const float d2o = st.nod2 || st.first ? INFINITY : __ldcg(a.d2 + r);
+
+	kmg_pp_row<LB>(a, st, select, keys_next, stream, r, w, d2o, h, dist, t, lk, lr);
+}
+
 /* Shared memory of a unit (dynamic part), bytes. */
 static size_t
 kmg_pp_smem_bytes(int lb, int dp, int dq)
@@ -455,9 +448,10 @@ kmg_pp_smem_bytes(int lb, int dp, int dq)
 	size_t		filt = 0;
 
 	if (dq > 0)
-		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * dp * sizeof(float) +
+		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * (dp + 4) * sizeof(float) +
 			(size_t) nc * dq + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
-	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 4096 + 64;
+	/* the last block reuses it for the merge's heads (one int a block: kmg_pp_prepare) */
+	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 64;
 }
 
 /* ---- k-means++: the unit ---- */
@@ -538,7 +532,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 			const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
 
 			if (r < n)
-				kmg_pp_row<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
+				kmg_pp_row_ld<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
 		}
 	}
 	else if (!use_filter)
@@ -639,7 +633,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 #pragma unroll
 				for (int c = 0; c < NC; c++)
 					dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
-				kmg_pp_row<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+				kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
 			}
 		}
 		asm volatile("cp.async.wait_group 0;\n":::"memory");
@@ -647,16 +641,24 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 	else
 	{
 		/*
-		 * Filter: int8 tiles (two stages), dp4a against the columns' shadow
-		 * rows, the bound test, then the unpruned (row, column) pairs of the
-		 * tile exactly, one thread a pair.
+		 * Filter: int8 tiles (two stages, the columns in the first), dp4a
+		 * against the columns' shadow rows, the bound test, then the
+		 * unpruned (row, column) pairs of the tile exactly.  Each wait on
+		 * memory overlaps other work: a row's own values (D2, |q|^2, r_x,
+		 * w) are loaded before the wait for its tile and arrive under the
+		 * dp4a, its hash before the pairs; the pairs' float rows are loaded
+		 * together, 32 pairs at a time, into the tile's stage (free once the
+		 * bounds are known), and four lanes a pair run the four chains from
+		 * shared memory (one thread a pair walking its row in global memory
+		 * was eight dependent round trips a tile).
 		 */
 		const int	dq = a.dq;
 		const int	qs = dq + 16;
 		const int	nq = dq >> 4;
+		const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
 		signed char *qring = reinterpret_cast<signed char *>(smem);
 		float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
-		signed char *colq = reinterpret_cast<signed char *>(colf + NC * dp);
+		signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);
 		int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
 		float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
 		const float S = st.qscale;
@@ -677,20 +679,24 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 			}
 		};
 
-		/* the columns: float rows and shadow rows */
-		for (int i = tid; i < NC * dp; i += KMG_PP_NT)
+		/* the columns (float rows, shadow rows) with the first tile; inactive ones zero */
+		for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
 		{
-			const int	c = i / dp;
+			const int	c = i / (dp / 4),
+						g = i - c * (dp / 4);
+			const bool	ok = (cmask >> c) & 1u;
 
-			colf[i] = ((cmask >> c) & 1u) ? __ldg(a.X + (size_t) colrow[c] * dp + (i - c * dp)) : 0.0f;
+			kmg_pp_cp16(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
+						ok ? 16 : 0);
 		}
-		for (int i = tid; i < NC * (dq / 4); i += KMG_PP_NT)
+		for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
 		{
-			const int	c = i / (dq / 4);
+			const int	c = i / (dq / 16),
+						g = i - c * (dq / 16);
+			const bool	ok = (cmask >> c) & 1u;
 
-			reinterpret_cast<int *>(colq)[i] = ((cmask >> c) & 1u)
-				? __ldcg(reinterpret_cast<const int *>(a.q8 + (size_t) colrow[c] * dq) + (i - c * (dq / 4)))
-				: 0;
+			kmg_pp_cp16(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
+						ok ? 16 : 0);
 		}
 		if (tid < NC)
 		{
@@ -704,10 +710,24 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		{
 			const int64_t tile = blockIdx.x + ti * gridDim.x;
 			const int64_t r = tile * KMG_PP_NT + tid;
+			const bool	live = r < n;
 			const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
+			float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
+			float		wt = 0.0f,
+						d2o = 0.0f,
+						rx = 0.0f;
+			int			qx = 0;
+			uint64_t	h = 0;
 			int			dot[NC];
 			unsigned int mask = 0;
 
+			if (live)
+			{
+				wt = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+				d2o = __ldcg(a.d2 + r);
+				qx = __ldcg(a.qn + r);
+				rx = __ldcg(a.qr + r);
+			}
 			if (ti + 1 < mine)
 				stage(ti + 1);
 			kmg_pp_commit();
@@ -716,33 +736,35 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 #pragma unroll
 			for (int c = 0; c < NC; c++)
 				dot[c] = 0;
+			/*
+			 * Every column, active or not (an inactive one is zeros and its
+			 * test is skipped below): no branch in the loop, so the NC
+			 * chains of dp4a interleave.
+			 */
+#pragma unroll 1
 			for (int u = 0; u < nq; u++)
 			{
 				const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
 
 #pragma unroll
 				for (int c = 0; c < NC; c++)
-					if ((cmask >> c) & 1u)
-					{
-						const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
+				{
+					const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
 
-						dot[c] = __dp4a(x.x, cv.x, dot[c]);
-						dot[c] = __dp4a(x.y, cv.y, dot[c]);
-						dot[c] = __dp4a(x.z, cv.z, dot[c]);
-						dot[c] = __dp4a(x.w, cv.w, dot[c]);
-					}
+					dot[c] = __dp4a(x.x, cv.x, dot[c]);
+					dot[c] = __dp4a(x.y, cv.y, dot[c]);
+					dot[c] = __dp4a(x.z, cv.z, dot[c]);
+					dot[c] = __dp4a(x.w, cv.w, dot[c]);
+				}
 			}
-			if (r < n && (a.W == NULL || __ldg(a.W + r) > 0.0f))
+			if (live && wt > 0.0f)
 			{
 				/*
 				 * S |x - c| >= sqrt(Dq) - (r_x + r_c); d >= |x - c|^2 (1 - eps)
 				 * (fac covers 1 / (1 - eps)); prune when that puts d at or
 				 * above D2 with room for the float steps of this test.
 				 */
-				const float d2o = __ldcg(a.d2 + r);
 				const float A = S * sqrtf(d2o * st.fac);
-				const int	qx = __ldcg(a.qn + r);
-				const float rx = __ldcg(a.qr + r);
 
 #pragma unroll
 				for (int c = 0; c < NC; c++)
@@ -755,7 +777,9 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 							mask |= 1u << c;
 					}
 			}
-			__syncthreads();	/* the stage is free for the copy after next */
+			if (live && (select || keys_next))
+				h = __ldg(a.hashes + r);	/* arrives under the pairs */
+			__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
 
 			/* list the tile's unpruned pairs (row-major), compute them */
 			{
@@ -788,16 +812,70 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 							ids[o++] = (tid << 5) | c;
 				}
 				__syncthreads();
-				for (int p = tid; p < total; p += KMG_PP_NT)
+				for (int p0 = 0; p0 < total; p0 += 32)
 				{
-					const int	id = ids[p];
-					const int64_t r2 = tile * KMG_PP_NT + (id >> 5);
+					const int	g4 = dp >> 2;
+					const int	np = total - p0 < 32 ? total - p0 : 32;
+					const int	items = np * g4;
 
-					res[p] = kmg_pp_exact(a.X + (size_t) r2 * dp, colf + (id & 31) * dp, dp);
+					/* the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight */
+					for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
+					{
+						float4		v[KMG_PP_XB];
+						int			at[KMG_PP_XB];
+
+#pragma unroll
+						for (int u = 0; u < KMG_PP_XB; u++)
+						{
+							const int	it = b + u * KMG_PP_NT + tid;
+
+							at[u] = -1;
+							if (it < items)
+							{
+								const int	p = it / g4,
+											g = it - p * g4;
+								const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + p] >> 5);
+
+								v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + g);
+								at[u] = p * cs + 4 * g;
+							}
+						}
+#pragma unroll
+						for (int u = 0; u < KMG_PP_XB; u++)
+							if (at[u] >= 0)
+								*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
+					}
+					__syncthreads();
+
+					/* chain j of pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p */
+					{
+						const int	p = tid >> 2,
+									j = tid & 3;
+						float		acc = 0.0f;
+
+						if (p < np)
+						{
+							const float *xr = xs + p * cs;
+							const float *cr = colf + (ids[p0 + p] & 31) * cs;
+
+#pragma unroll 8
+							for (int i = j; i < dp; i += 4)
+								acc = kmg_pp_step(acc, xr[i], cr[i]);
+						}
+
+						const float a1 = __shfl_down_sync(0xffffffffu, acc, 1);
+						const float a2 = __shfl_down_sync(0xffffffffu, acc, 2);
+						const float a3 = __shfl_down_sync(0xffffffffu, acc, 3);
+
+						if (j == 0 && p < np)
+							res[p0 + p] = kmg_pp_join(acc, a1, a2, a3);
+					}
+					if (p0 + 32 < total)
+						__syncthreads();
 				}
 				t.pairs += tid == 0 ? (unsigned int) total : 0u;
 				__syncthreads();
-				if (r < n)
+				if (live)
 				{
 					float		dist[NC];
 					int			o = base + incl - cnt;
@@ -808,7 +886,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 							dist[c] = res[o++];
 						else
 							dist[c] = INFINITY;
-					kmg_pp_row<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+					kmg_pp_row<LB>(a, st, select, keys_next, stream, r, wt, d2o, h, dist, t, lk, lr);
 				}
 			}
 		}
@@ -1383,6 +1461,8 @@ kmg_pp_prepare(kmg_seed_bufs *sb, int dp, int sms)
 	sb->grid = per_sm * sms;
 	if (sb->grid > sb->nblocks)
 		sb->grid = sb->nblocks;
+	if ((size_t) sb->grid * sizeof(int) > sb->smem)
+		sb->grid = (int) (sb->smem / sizeof(int));	/* the last block's heads fit */
 	if (sb->grid < 1)
 		sb->grid = 1;
 	return cudaSuccess;
