@@ -514,6 +514,7 @@ kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
 #define KMG_XG 4				/* row groups of kmg_exact_tile_kernel */
 #define KMG_XRPT 4				/* rows per thread: batches of KMG_XG x KMG_XRPT */
 #define KMG_XSEG 64				/* float4 of a centroid staged per warp at a time */
+#define KMG_XS 32				/* operand rows a stage (filter values, staged) */
 
 /*
  * The chunked path (round 4): the same work items and outputs as
@@ -537,6 +538,7 @@ kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
  * Old (round 3) timing: 72.7 us for 340 rows of 100000 x 256 x 1024 with 88
  * items of 8 warps, a warp running up to 16 chains serially.
  */
+template <int STAGED>
 __global__ void __launch_bounds__(1024, 1)
 kmg_exact_tile_kernel(kmg_args a, int cmode)
 {
@@ -614,7 +616,83 @@ kmg_exact_tile_kernel(kmg_args a, int cmode)
 		__syncthreads();
 
 		/* 1. filter values of rows 4g..4g+3 for centroid j, and the list */
-		if (j < a.k)
+		if (STAGED)
+		{
+			/*
+			 * The tile's operand (dp x bn floats, contiguous) in chunks of
+			 * KMG_XS rows, two stages of cp.async into the space of phase 2
+			 * (cbuf onwards: 2 x KMG_XS x bn floats <= its 320 bn bytes), the
+			 * next chunk in flight while this one is summed.  Round 4's loop
+			 * read the column from L2 eight floats ahead; this one gained
+			 * only 4 us of 51 (NOTES.md round 6): ncu shows the loop bound
+			 * by shared memory (L1 94% busy, 8 loads per 16 fmaf), not L2.
+			 * Same fmaf order, so the same candidates.
+			 */
+			const float *tile = Bt + (size_t) c * dp * bn;
+			float	   *stage = (float *) cbuf;
+			const int	nch = (dp + KMG_XS - 1) / KMG_XS;
+			const float4 *xr = xs4 + (size_t) g * KMG_XRPT * q4;
+			const float cnj = j < a.k ? Cnt[j] : 0.0f;
+			float		acc[KMG_XRPT];
+
+#pragma unroll
+			for (int r = 0; r < KMG_XRPT; r++)
+				acc[r] = cnj;
+			for (int ch = -1; ch < nch; ch++)
+			{
+				/* chunk ch + 1 on its way, then chunk ch summed */
+				if (ch + 1 < nch)
+				{
+					const int	e0 = (ch + 1) * KMG_XS;
+					const int	nf4 = min(KMG_XS, dp - e0) * bn / 4;
+					float	   *dst = stage + (size_t) ((ch + 1) & 1) * KMG_XS * bn;
+
+					for (int f = tid; f < nf4; f += blockDim.x)
+						kmg_cp16(dst + 4 * f, tile + (size_t) e0 * bn + 4 * f);
+				}
+				kmg_cp16_commit();
+				if (ch < 0)
+					continue;
+				kmg_cp16_wait<1>();
+				__syncthreads();
+				{
+					const float *bs = stage + (size_t) (ch & 1) * KMG_XS * bn + col;
+					const int	q0 = ch * (KMG_XS / 4);
+					const int	nq = min(KMG_XS, dp - ch * KMG_XS) / 4;
+
+#pragma unroll 2
+					for (int v = 0; v < nq; v++)
+					{
+						const float b0 = bs[(4 * v) * bn],
+									b1 = bs[(4 * v + 1) * bn],
+									b2 = bs[(4 * v + 2) * bn],
+									b3 = bs[(4 * v + 3) * bn];
+
+#pragma unroll
+						for (int r = 0; r < KMG_XRPT; r++)
+						{
+							const float4 x = xr[r * q4 + q0 + v];
+
+							acc[r] = fmaf(x.x, b0, acc[r]);
+							acc[r] = fmaf(x.y, b1, acc[r]);
+							acc[r] = fmaf(x.z, b2, acc[r]);
+							acc[r] = fmaf(x.w, b3, acc[r]);
+						}
+					}
+				}
+				__syncthreads();	/* the buffer is refilled next round */
+			}
+			if (j < a.k)
+#pragma unroll
+				for (int r = 0; r < KMG_XRPT; r++)
+				{
+					const int	rr = g * KMG_XRPT + r;
+
+					if (rr < nr && !(acc[r] > sthr[rr]))
+						cand[atomicAdd(&ncand, 1)] = (rr << 16) | col;
+				}
+		}
+		else if (j < a.k)
 		{
 			const float *bcol = Bt + (size_t) c * dp * bn + col;
 			const float4 *xr = xs4 + (size_t) g * KMG_XRPT * q4;
@@ -870,11 +948,17 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 			(size_t) (nt / 32) * KMG_XSEG * sizeof(float4) +
 			(size_t) KMG_XG * KMG_XRPT * a->fbn * (sizeof(double) + sizeof(int));
 
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_tile_kernel,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
+		/* KMG_EXACT_STAGE_OFF=1: round 4's filter-value loop (timing) */
+		const void *fn = kmg_exact_env("KMG_EXACT_STAGE_OFF") ?
+			(const void *) kmg_exact_tile_kernel<0> : (const void *) kmg_exact_tile_kernel<1>;
+
+		if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
 									  (int) sm)) != cudaSuccess)
 			return e;
-		kmg_exact_tile_kernel<<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
+		if (fn == (const void *) kmg_exact_tile_kernel<0>)
+			kmg_exact_tile_kernel<0><<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
+		else
+			kmg_exact_tile_kernel<1><<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
 	}
 	else if (RC == 16)
 	{

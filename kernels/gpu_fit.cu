@@ -155,6 +155,7 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	w->a.pclus = (int2 *) kmg_carve(&c, (size_t) k * sizeof(int2));
 	w->a.ptab = (int4 *) kmg_carve(&c, (size_t) w->a.maxpieces * sizeof(int4));
 	w->a.npieces = (int *) kmg_carve(&c, sizeof(int));
+	w->a.pdone = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
 	w->a.ppart = (double *) kmg_carve(&c, (size_t) w->a.maxpieces * cw * sizeof(double));
 	if (!sh->plan.ok)
 	{

@@ -150,6 +150,8 @@ typedef struct kmg_args
 	int4	   *ptab;			/* maxpieces: cluster, start, end */
 	int2	   *pclus;			/* k: first piece, pieces */
 	int		   *npieces;		/* pieces in use */
+	int		   *pdone;			/* k: pieces of the cluster summed (zeroed by the
+								 * pieces kernel), or NULL: kmg_combine_kernel */
 	double	   *ppart;			/* maxpieces x KMG_CW(dp) */
 	int			maxpieces;
 
@@ -270,6 +272,34 @@ kmg_exact_cost4_pair(const float *x, const float *ca, const float *cb, double cn
 	}
 	*ea = kmg_exact_finish(sa, cna, cosine);
 	*eb = kmg_exact_finish(sb, cnb, cosine);
+}
+
+/*
+ * 16 bytes global -> shared without passing through registers (cp.async, L2
+ * only): the copies cannot be sunk to their first use as plain loads can,
+ * so a batch of them is really in flight together.  kmg_cp16_wait(n): wait
+ * until at most n committed groups of this thread are still in flight (the
+ * data is then visible to this thread; others need a barrier).
+ */
+__device__ __forceinline__ void
+kmg_cp16(void *smem, const void *gmem)
+{
+	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"::"r"(s), "l"(gmem):"memory");
+}
+
+__device__ __forceinline__ void
+kmg_cp16_commit()
+{
+	asm volatile("cp.async.commit_group;\n"::);
+}
+
+template <int N>
+__device__ __forceinline__ void
+kmg_cp16_wait()
+{
+	asm volatile("cp.async.wait_group %0;\n"::"n"(N):"memory");
 }
 
 /*

@@ -18,9 +18,10 @@
  * pairs over ceil(log2 k) bits.  Each
  * cluster's rows are then cut into pieces of KMG_PIECE rows, one block per
  * piece (so a few big clusters still fill the GPU), summed in row order with
- * several rows' loads in flight, and the pieces are added in order; the cost
- * is one gathered read of X plus the sort, a few percent of the GEMM for the
- * large-k shapes.  The finalize kernel moves the centroids and its
+ * eight rows' loads in flight (cp.async), and the pieces are added in order
+ * (in an iteration by each cluster's last piece to finish, otherwise by
+ * kmg_combine_kernel); the cost is one gathered read of X plus the sort, a
+ * few percent of the GEMM for the large-k shapes.  The finalize kernel moves the centroids and its
  * last block (ticket counter, after a fence) takes the decisions for the
  * whole iteration, so the host only reads a few bytes per batch.
  */
@@ -241,6 +242,8 @@ kmg_pieces_kernel(kmg_args a, const int32_t *count)
 			const int	base = carry + off;
 
 			a.pclus[j] = make_int2(base, np);
+			if (a.pdone != NULL)
+				a.pdone[j] = 0;	/* for the piece sums' fold of this round */
 			for (int p = 0; p < np; p++)
 			{
 				const int	s0 = se.x + p * KMG_PIECE;
@@ -427,14 +430,18 @@ kmg_fix_warp_sum(km_fix f)
  * tree (run 2 had one thread walk them row by row: 49 to 256 dependent
  * gathered loads per piece, most of the segment's time).
  */
+template <int AHEAD>
 __global__ void __launch_bounds__(KMG_SEG_NT)
-kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
+kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums, int fold)
 {
 	__shared__ double sacc[KMG_SEG_NT * 4];
 	__shared__ int srow[KMG_PIECE];
 	__shared__ float sw[KMG_PIECE];
 	__shared__ double sred[3][KMG_SEG_NT / 32];
 	__shared__ km_fix sfix[KMG_SEG_NT / 32];
+	__shared__ float4 sx[AHEAD ? 8 : 1][KMG_SEG_NT];	/* each thread's staged loads */
+	__shared__ double sdw[AHEAD ? KMG_PIECE : 1];	/* the weights, converted once */
+	__shared__ int slast;
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
 	const int	q4 = dp / 4;
@@ -469,6 +476,8 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 
 		srow[p] = r;
 		sw[p] = wf;
+		if (AHEAD)
+			sdw[p] = w;
 		ew += w;
 		en++;
 		if (mode == KMG_MODE_ITER)
@@ -495,6 +504,38 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 			int			p = gi;
 
 			/* eight rows at a time: their loads overlap, the adds keep row order */
+			if (AHEAD)
+				for (; p < m; p += 8 * G)	/* the last batch may be short */
+				{
+					/*
+					 * the eight loads as cp.async into this thread's own
+					 * slots: as plain loads ptxas issued each just before its
+					 * use, one 16-byte load in flight per thread (round 5's
+					 * 82 us at 100000 x 256 x 1024, 3x the bandwidth floor)
+					 */
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+						if (p + u * G < m)
+							kmg_cp16(&sx[u][tid], a.X + (size_t) srow[p + u * G] * dp + 4 * q);
+					kmg_cp16_commit();
+					kmg_cp16_wait<0>();
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+					{
+						if (p + u * G >= m)
+							break;
+
+						const float4 x = sx[u][tid];
+						const double w = sdw[p + u * G];
+
+						/* w * x + s in one rounding: the DFMA the old loop compiles to */
+						s0 = __fma_rn(w, (double) x.x, s0);
+						s1 = __fma_rn(w, (double) x.y, s1);
+						s2 = __fma_rn(w, (double) x.z, s2);
+						s3 = __fma_rn(w, (double) x.w, s3);
+					}
+				}
+			else
 			for (; p + 7 * G < m; p += 8 * G)
 			{
 				float4		x[8];
@@ -599,11 +640,44 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums)
 			out[dp + 3] = 0.0;
 		}
 	}
+
+	/*
+	 * fold (iteration): the cluster's last piece to finish adds its pieces
+	 * in order into clus, as kmg_combine_kernel does, so that launch is
+	 * gone (threadFenceReduction: every thread's writes fenced, then one
+	 * ticket a block; a single piece is the sum itself)
+	 */
+	if (fold)
+	{
+		const int	j = t.x;
+		const int2	pc = a.pclus[j];
+
+		__threadfence();
+		__syncthreads();
+		if (tid == 0)
+			slast = pc.y == 1 || atomicAdd(&a.pdone[j], 1) == pc.y - 1;
+		__syncthreads();
+		if (slast)
+		{
+			__threadfence();
+			for (int c = tid; c < cw; c += KMG_SEG_NT)
+			{
+				const double *pp = a.ppart + (size_t) pc.x * cw + c;
+				double		s = __ldcg(pp);
+
+				for (int i = 1; i < pc.y; i++)
+					s += __ldcg(pp + (size_t) i * cw);
+				a.clus[(size_t) j * cw + c] = s;
+				if (c == dp && !(s > 0.0))
+					atomicAdd(&a.ctl->nempty, 1);
+			}
+		}
+	}
 }
 
 /*
  * Each cluster's pieces added in order into clus; clusters without weight
- * counted.  The order-free cost words become the cost as km_fix_value
+ * counted (an iteration's sums do this in kmg_piece_sums_kernel instead).  The order-free cost words become the cost as km_fix_value
  * gives it (the CPU engine's number); where it declines, the double sum in
  * row order (the CPU engine's fallback, up to the order of its terms).
  */
@@ -675,9 +749,33 @@ kmg_combine_kernel(kmg_args a, int mode)
 	}
 }
 
+/* Timing switches: "1" in the environment. */
+static int
+kmg_seg_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && v[0] == '1';
+}
+
+/*
+ * KMG_SEG_OLD=1: round 5's piece sums and the separate combine;
+ * KMG_SEG_FOLD_OFF=1: the new piece sums with the separate combine.
+ */
+static int
+kmg_seg_old(void)
+{
+	static int	v = -1;
+
+	if (v < 0)
+		v = kmg_seg_env("KMG_SEG_OLD");
+	return v;
+}
+
 /*
  * Per-cluster sums of the labelled rows (sorted by kmg_sort_labels) into
- * clus: bounds of each label, pieces, sums per piece, pieces added in order.
+ * clus: bounds of each label, pieces, sums per piece, pieces added in order
+ * (in an iteration folded into the piece sums: one launch fewer).
  */
 cudaError_t
 kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t stream)
@@ -695,8 +793,17 @@ kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t stream)
 		kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);
 		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, NULL);
 	}
-	kmg_piece_sums_kernel<<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums);
-	kmg_combine_kernel<<<a->k, KMG_SEG_NT, 0, stream>>>(*a, mode);
+	/* the iteration's sums: the combine folded into the piece sums */
+	const int	fold = mode == KMG_MODE_ITER && with_sums && a->pdone != NULL &&
+		!kmg_seg_old() && !kmg_seg_env("KMG_SEG_FOLD_OFF");
+
+	if (kmg_seg_old())
+		kmg_piece_sums_kernel<0><<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums, 0);
+	else
+		kmg_piece_sums_kernel<1><<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums,
+																		 fold);
+	if (!fold)
+		kmg_combine_kernel<<<a->k, KMG_SEG_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
 }
 

@@ -136,6 +136,7 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->pclus = (int2 *) dmalloc(sizeof(int2) * k);
 	a->ptab = (int4 *) dmalloc(sizeof(int4) * a->maxpieces);
 	a->npieces = (int *) dmalloc(sizeof(int));
+	a->pdone = (int *) dmalloc(sizeof(int) * k);
 	a->ppart = (double *) dmalloc(sizeof(double) * a->maxpieces * KMG_CW(dp));
 	a->xcap = kmg_exact_cap(n);
 	a->fbn = km_filter_tile_cols(k);
@@ -218,7 +219,7 @@ free_setup(setup *s)
 	void	   *ps[] = {s->X, (void *) a->xnorm, a->C, a->cn, a->cnf, a->cnorm, a->labels, a->best,
 		a->fbest, a->fsecond, a->cost, a->amb, a->skeys, a->svals, a->clus, a->reloc,
 		a->empties, a->ctl, a->stats, s->iota, s->work, s->temp, a->part, a->part_moved,
-		a->bounds, a->pclus, a->ptab, a->npieces, a->ppart, a->xcost, a->xidx, a->second,
+		a->bounds, a->pclus, a->ptab, a->npieces, a->pdone, a->ppart, a->xcost, a->xidx, a->second,
 		a->fthird, a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
 
 	if (a->Cf != a->C)
