@@ -349,6 +349,7 @@ KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weig
 {
 	KmGpuSink  *sink = MemoryContextAllocZero(context, sizeof(KmGpuSink));
 	km_error	err;
+	TimestampTz since = 0;		/* the wait counts from the first failure */
 
 	memset(&err, 0, sizeof(err));
 	sink->api = api;
@@ -358,8 +359,6 @@ KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weig
 	MemoryContextRegisterResetCallback(context, &sink->cb);
 	for (;;)
 	{
-		TimestampTz since = 0;
-
 		sink->ds = api->dataset_create(dim, weighted, Max(expected_rows, 1), &err);
 		if (sink->ds != NULL)
 			return sink;
