@@ -538,9 +538,8 @@ kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
  * Old (round 3) timing: 72.7 us for 340 rows of 100000 x 256 x 1024 with 88
  * items of 8 warps, a warp running up to 16 chains serially.
  */
-template <int STAGED>
 __global__ void __launch_bounds__(1024, 1)
-kmg_exact_tile_kernel(kmg_args a, int cmode)
+kmg_exact_tile_kernel(kmg_args a)
 {
 	extern __shared__ __align__(16) unsigned char kmg_xsmem3[];
 	const int	R = KMG_XG * KMG_XRPT;
@@ -616,7 +615,6 @@ kmg_exact_tile_kernel(kmg_args a, int cmode)
 		__syncthreads();
 
 		/* 1. filter values of rows 4g..4g+3 for centroid j, and the list */
-		if (STAGED)
 		{
 			/*
 			 * The tile's operand (dp x bn floats, contiguous) in chunks of
@@ -692,80 +690,17 @@ kmg_exact_tile_kernel(kmg_args a, int cmode)
 						cand[atomicAdd(&ncand, 1)] = (rr << 16) | col;
 				}
 		}
-		else if (j < a.k)
-		{
-			const float *bcol = Bt + (size_t) c * dp * bn + col;
-			const float4 *xr = xs4 + (size_t) g * KMG_XRPT * q4;
-			float		acc[KMG_XRPT];
-			float		bA[8],
-						bB[8];
-
-#pragma unroll
-			for (int r = 0; r < KMG_XRPT; r++)
-				acc[r] = Cnt[j];
-#pragma unroll
-			for (int u = 0; u < 8; u++)
-				bA[u] = u < dp ? __ldg(bcol + (size_t) u * bn) : 0.0f;
-			for (int q0 = 0; q0 < q4; q0 += 2)
-			{
-#pragma unroll
-				for (int u = 0; u < 8; u++)
-				{
-					const int	e = 4 * q0 + 8 + u;
-
-					bB[u] = e < dp ? __ldg(bcol + (size_t) e * bn) : 0.0f;
-				}
-#pragma unroll
-				for (int v = 0; v < 2; v++)
-				{
-					if (q0 + v >= q4)
-						break;
-#pragma unroll
-					for (int r = 0; r < KMG_XRPT; r++)
-					{
-						const float4 x = xr[r * q4 + q0 + v];
-
-						acc[r] = fmaf(x.x, bA[4 * v], acc[r]);
-						acc[r] = fmaf(x.y, bA[4 * v + 1], acc[r]);
-						acc[r] = fmaf(x.z, bA[4 * v + 2], acc[r]);
-						acc[r] = fmaf(x.w, bA[4 * v + 3], acc[r]);
-					}
-				}
-#pragma unroll
-				for (int u = 0; u < 8; u++)
-					bA[u] = bB[u];
-			}
-#pragma unroll
-			for (int r = 0; r < KMG_XRPT; r++)
-			{
-				const int	rr = g * KMG_XRPT + r;
-
-				if (rr < nr && !(acc[r] > sthr[rr]))
-					cand[atomicAdd(&ncand, 1)] = (rr << 16) | col;
-			}
-		}
 		__syncthreads();
 
 		/*
 		 * 2. the chains: few pairs (nc <= warps), one per warp with the
 		 * centroid staged in shared memory; many, one per thread, the
 		 * centroid read from global memory with its loads ahead (kmg_chain4).
-		 * cmode (KMG_EXACT_CHAIN, timing only): 1 always per warp, 2 always
-		 * per thread, 3 no chains at all (wrong labels: the filter phase's
-		 * time alone).
 		 */
 		const int	nc = ncand;
 		float4	   *wb = cbuf + (size_t) warp * KMG_XSEG;
-		const int	per_thread = cmode == 2 || (cmode == 0 && nc > nwarps);
 
-		if (cmode == 3)
-		{
-			for (int t = tid; t < nc; t += blockDim.x)
-				ccost[t] = 0.0;
-			if (tid < nr)
-				smin[tid] = 0;
-		}
-		else if (per_thread)
+		if (nc > nwarps)
 		{
 			for (int t = tid; t < nc; t += blockDim.x)
 			{
@@ -901,26 +836,6 @@ kmg_exact_rows(int dp)
 	return dp <= 2048 ? 8 : 1;
 }
 
-/* An integer from the environment, 0 when unset (timing switches). */
-static int
-kmg_exact_env(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v != NULL ? atoi(v) : 0;
-}
-
-/* KMG_EXACT_OLD=1: round 3's chunk kernel (for timing the two in one build). */
-static int
-kmg_exact_old(void)
-{
-	static int	v = -1;
-
-	if (v < 0)
-		v = getenv("KMG_EXACT_OLD") != NULL && getenv("KMG_EXACT_OLD")[0] == '1';
-	return v;
-}
-
 cudaError_t
 kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 {
@@ -940,25 +855,18 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 	 * lost to the old kernel (999 against 656 us at 300000 x 408 x 5000,
 	 * NOTES.md round 4)
 	 */
-	if (RC == 16 && KMG_XG * a->fbn <= 1024 && a->fbn % 32 == 0 && a->xchunks <= 8 &&
-		!kmg_exact_old())
+	if (RC == 16 && KMG_XG * a->fbn <= 1024 && a->fbn % 32 == 0 && a->xchunks <= 8)
 	{
 		const int	nt = KMG_XG * a->fbn;
 		const size_t sm = (size_t) KMG_XG * KMG_XRPT * a->dp * sizeof(float) +
 			(size_t) (nt / 32) * KMG_XSEG * sizeof(float4) +
 			(size_t) KMG_XG * KMG_XRPT * a->fbn * (sizeof(double) + sizeof(int));
 
-		/* KMG_EXACT_STAGE_OFF=1: round 4's filter-value loop (timing) */
-		const void *fn = kmg_exact_env("KMG_EXACT_STAGE_OFF") ?
-			(const void *) kmg_exact_tile_kernel<0> : (const void *) kmg_exact_tile_kernel<1>;
-
-		if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_tile_kernel,
+									  cudaFuncAttributeMaxDynamicSharedMemorySize,
 									  (int) sm)) != cudaSuccess)
 			return e;
-		if (fn == (const void *) kmg_exact_tile_kernel<0>)
-			kmg_exact_tile_kernel<0><<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
-		else
-			kmg_exact_tile_kernel<1><<<sms, nt, sm, stream>>>(*a, kmg_exact_env("KMG_EXACT_CHAIN"));
+		kmg_exact_tile_kernel<<<sms, nt, sm, stream>>>(*a);
 	}
 	else if (RC == 16)
 	{

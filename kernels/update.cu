@@ -85,15 +85,7 @@ kmg_csort_bytes(int64_t n, int k)
 static int
 kmg_csort_used(int64_t n, int k)
 {
-	static int	force_cub = -1;
-
-	if (force_cub < 0)
-	{
-		const char *e = getenv("KMG_SORT_CUB");
-
-		force_cub = e != NULL && e[0] == '1';
-	}
-	return !force_cub && k <= KMG_CSORT_KMAX && n < INT32_MAX &&
+	return k <= KMG_CSORT_KMAX && n < INT32_MAX &&
 		(n + kmg_csort_tile(n, k) - 1) / kmg_csort_tile(n, k) * k <= KMG_CSORT_CELLS;
 }
 
@@ -430,17 +422,15 @@ kmg_fix_warp_sum(km_fix f)
  * tree (run 2 had one thread walk them row by row: 49 to 256 dependent
  * gathered loads per piece, most of the segment's time).
  */
-template <int AHEAD>
 __global__ void __launch_bounds__(KMG_SEG_NT)
 kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums, int fold)
 {
 	__shared__ double sacc[KMG_SEG_NT * 4];
 	__shared__ int srow[KMG_PIECE];
-	__shared__ float sw[KMG_PIECE];
 	__shared__ double sred[3][KMG_SEG_NT / 32];
 	__shared__ km_fix sfix[KMG_SEG_NT / 32];
-	__shared__ float4 sx[AHEAD ? 8 : 1][KMG_SEG_NT];	/* each thread's staged loads */
-	__shared__ double sdw[AHEAD ? KMG_PIECE : 1];	/* the weights, converted once */
+	__shared__ float4 sx[8][KMG_SEG_NT];	/* each thread's staged loads */
+	__shared__ double sdw[KMG_PIECE];	/* the weights, converted once */
 	__shared__ int slast;
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
@@ -475,9 +465,7 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums, int fold)
 		const double w = (double) wf;
 
 		srow[p] = r;
-		sw[p] = wf;
-		if (AHEAD)
-			sdw[p] = w;
+		sdw[p] = w;
 		ew += w;
 		en++;
 		if (mode == KMG_MODE_ITER)
@@ -504,65 +492,35 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums, int fold)
 			int			p = gi;
 
 			/* eight rows at a time: their loads overlap, the adds keep row order */
-			if (AHEAD)
-				for (; p < m; p += 8 * G)	/* the last batch may be short */
-				{
-					/*
-					 * the eight loads as cp.async into this thread's own
-					 * slots: as plain loads ptxas issued each just before its
-					 * use, one 16-byte load in flight per thread (round 5's
-					 * 82 us at 100000 x 256 x 1024, 3x the bandwidth floor)
-					 */
-#pragma unroll
-					for (int u = 0; u < 8; u++)
-						if (p + u * G < m)
-							kmg_cp16(&sx[u][tid], a.X + (size_t) srow[p + u * G] * dp + 4 * q);
-					kmg_cp16_commit();
-					kmg_cp16_wait<0>();
-#pragma unroll
-					for (int u = 0; u < 8; u++)
-					{
-						if (p + u * G >= m)
-							break;
-
-						const float4 x = sx[u][tid];
-						const double w = sdw[p + u * G];
-
-						/* w * x + s in one rounding: the DFMA the old loop compiles to */
-						s0 = __fma_rn(w, (double) x.x, s0);
-						s1 = __fma_rn(w, (double) x.y, s1);
-						s2 = __fma_rn(w, (double) x.z, s2);
-						s3 = __fma_rn(w, (double) x.w, s3);
-					}
-				}
-			else
-			for (; p + 7 * G < m; p += 8 * G)
+			for (; p < m; p += 8 * G)	/* the last batch may be short */
 			{
-				float4		x[8];
-
+				/*
+				 * the eight loads as cp.async into this thread's own
+				 * slots: as plain loads ptxas issued each just before its
+				 * use, one 16-byte load in flight per thread (round 5's
+				 * 82 us at 100000 x 256 x 1024, 3x the bandwidth floor)
+				 */
 #pragma unroll
 				for (int u = 0; u < 8; u++)
-					x[u] = reinterpret_cast<const float4 *>(a.X + (size_t) srow[p + u * G] * dp)[q];
+					if (p + u * G < m)
+						kmg_cp16(&sx[u][tid], a.X + (size_t) srow[p + u * G] * dp + 4 * q);
+				kmg_cp16_commit();
+				kmg_cp16_wait<0>();
 #pragma unroll
 				for (int u = 0; u < 8; u++)
 				{
-					const double w = (double) sw[p + u * G];
+					if (p + u * G >= m)
+						break;
 
-					s0 += w * (double) x[u].x;
-					s1 += w * (double) x[u].y;
-					s2 += w * (double) x[u].z;
-					s3 += w * (double) x[u].w;
+					const float4 x = sx[u][tid];
+					const double w = sdw[p + u * G];
+
+					/* w * x + s in one rounding: the DFMA round 5's loop compiled to */
+					s0 = __fma_rn(w, (double) x.x, s0);
+					s1 = __fma_rn(w, (double) x.y, s1);
+					s2 = __fma_rn(w, (double) x.z, s2);
+					s3 = __fma_rn(w, (double) x.w, s3);
 				}
-			}
-			for (; p < m; p += G)
-			{
-				const double w = (double) sw[p];
-				const float4 x = reinterpret_cast<const float4 *>(a.X + (size_t) srow[p] * dp)[q];
-
-				s0 += w * (double) x.x;
-				s1 += w * (double) x.y;
-				s2 += w * (double) x.z;
-				s3 += w * (double) x.w;
 			}
 			if (G == 1)
 			{
@@ -749,29 +707,6 @@ kmg_combine_kernel(kmg_args a, int mode)
 	}
 }
 
-/* Timing switches: "1" in the environment. */
-static int
-kmg_seg_env(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v != NULL && v[0] == '1';
-}
-
-/*
- * KMG_SEG_OLD=1: round 5's piece sums and the separate combine;
- * KMG_SEG_FOLD_OFF=1: the new piece sums with the separate combine.
- */
-static int
-kmg_seg_old(void)
-{
-	static int	v = -1;
-
-	if (v < 0)
-		v = kmg_seg_env("KMG_SEG_OLD");
-	return v;
-}
-
 /*
  * Per-cluster sums of the labelled rows (sorted by kmg_sort_labels) into
  * clus: bounds of each label, pieces, sums per piece, pieces added in order
@@ -794,14 +729,9 @@ kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t stream)
 		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, NULL);
 	}
 	/* the iteration's sums: the combine folded into the piece sums */
-	const int	fold = mode == KMG_MODE_ITER && with_sums && a->pdone != NULL &&
-		!kmg_seg_old() && !kmg_seg_env("KMG_SEG_FOLD_OFF");
+	const int	fold = mode == KMG_MODE_ITER && with_sums && a->pdone != NULL;
 
-	if (kmg_seg_old())
-		kmg_piece_sums_kernel<0><<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums, 0);
-	else
-		kmg_piece_sums_kernel<1><<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums,
-																		 fold);
+	kmg_piece_sums_kernel<<<a->maxpieces, KMG_SEG_NT, 0, stream>>>(*a, mode, with_sums, fold);
 	if (!fold)
 		kmg_combine_kernel<<<a->k, KMG_SEG_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
