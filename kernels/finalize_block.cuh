@@ -20,12 +20,63 @@
 
 #include "gpu_internal.cuh"
 
+/*
+ * The decisions that end an iteration (or a set-up), by one thread: the
+ * filter's bound and exactness flag where centroids moved, a pause for empty
+ * clusters, else the iteration's record and the stop rule (settled, tol,
+ * max_iter), with the per-iteration counters reset.  Shared by
+ * kmg_finalize_block and kmg_finalize_kernel (update.cu).
+ */
+static __device__ __forceinline__ void
+kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
+			   float cmax, int allx, double est)
+{
+	kmg_ctl    *ctl = a.ctl;
+
+	if (change)
+	{
+		ctl->cmax = cmax;
+		ctl->all_exact = allx;
+	}
+	if (mode == KMG_FIN_SETUP)
+		return;
+	if (mode == KMG_FIN_ITER && moved > 0 && nempty > 0)
+	{
+		ctl->stop = KMG_PAUSE_EMPTY;	/* the host re-seeds, then RESEED */
+		return;
+	}
+
+	const int	t = ctl->iter + 1;
+	const double frac = (double) moved / (double) a.n;
+	kmg_stat   *st = &a.stats[t - 1];
+	int			stop = KMG_RUN;
+
+	if (moved == 0)
+		stop = KMG_STOP_SETTLED;
+	else if (frac <= ctl->tol)
+		stop = KMG_STOP_TOL;
+	else if (t >= ctl->max_iter)
+		stop = KMG_STOP_MAXITER;
+	st->moved_frac = frac;
+	st->inertia = est;
+	st->moved = moved;
+	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
+	st->ambiguous = ctl->namb + ctl->npair;
+	st->stop = stop;
+	ctl->iter = t;
+	ctl->moved = 0;
+	ctl->nempty = 0;
+	ctl->namb = 0;
+	ctl->npair = 0;
+	ctl->relocated = 0;
+	ctl->stop = stop;
+}
+
 static __device__ __noinline__ void
 kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty)
 {
 	__shared__ double fred[32];
 	__shared__ float fmax_[32];
-	kmg_ctl    *ctl = a.ctl;
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
@@ -159,43 +210,7 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty)
 			cmax = fmaxf(cmax, fmax_[wv]);
 			est += fred[wv];
 		}
-		if (change)
-		{
-			ctl->cmax = cmax;
-			ctl->all_exact = allx;
-		}
-		if (mode == KMG_FIN_SETUP)
-			return;
-		if (mode == KMG_FIN_ITER && moved > 0 && nempty > 0)
-		{
-			ctl->stop = KMG_PAUSE_EMPTY;	/* the host re-seeds, then RESEED */
-			return;
-		}
-
-		const int	t = ctl->iter + 1;
-		const double frac = (double) moved / (double) a.n;
-		kmg_stat   *st = &a.stats[t - 1];
-		int			stop = KMG_RUN;
-
-		if (moved == 0)
-			stop = KMG_STOP_SETTLED;
-		else if (frac <= ctl->tol)
-			stop = KMG_STOP_TOL;
-		else if (t >= ctl->max_iter)
-			stop = KMG_STOP_MAXITER;
-		st->moved_frac = frac;
-		st->inertia = est;
-		st->moved = moved;
-		st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-		st->ambiguous = ctl->namb + ctl->npair;
-		st->stop = stop;
-		ctl->iter = t;
-		ctl->moved = 0;
-		ctl->nempty = 0;
-		ctl->namb = 0;
-		ctl->npair = 0;
-		ctl->relocated = 0;
-		ctl->stop = stop;
+		kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est);
 	}
 }
 

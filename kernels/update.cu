@@ -927,45 +927,7 @@ kmg_finalize_kernel(kmg_args a, int mode)
 			cmax = fmaxf(cmax, (float) red[wv]);
 
 		ctl->ticket = 0;
-		if (change)
-		{
-			ctl->cmax = cmax;
-			ctl->all_exact = allx;
-		}
-		if (mode == KMG_FIN_SETUP)
-			return;
-		if (mode == KMG_FIN_ITER && moved > 0 && nempty > 0)
-		{
-			ctl->stop = KMG_PAUSE_EMPTY;	/* the host re-seeds, then RESEED */
-			return;
-		}
-
-		{
-			const int	t = ctl->iter + 1;
-			const double frac = (double) moved / (double) a.n;
-			kmg_stat   *st = &a.stats[t - 1];
-			int			stop = KMG_RUN;
-
-			if (moved == 0)
-				stop = KMG_STOP_SETTLED;
-			else if (frac <= ctl->tol)
-				stop = KMG_STOP_TOL;
-			else if (t >= ctl->max_iter)
-				stop = KMG_STOP_MAXITER;
-			st->moved_frac = frac;
-			st->inertia = est;
-			st->moved = moved;
-			st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-			st->ambiguous = ctl->namb + ctl->npair;
-			st->stop = stop;
-			ctl->iter = t;
-			ctl->moved = 0;
-			ctl->nempty = 0;
-			ctl->namb = 0;
-			ctl->npair = 0;
-			ctl->relocated = 0;
-			ctl->stop = stop;
-		}
+		kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est);
 	}
 }
 
