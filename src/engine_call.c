@@ -317,7 +317,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	result.labels = out->labels;
 
 	/* rows already on the GPU */
-	if (KmGpuSinkAlive(m->gpu) && KmGpuSinkFinish(m->gpu, m->gpu_raise))
+	if (m->gpu != NULL && KmGpuSinkFinish(m->gpu, m->gpu_raise))
 	{
 		if (kmeans_verbose)
 			ereport(INFO,

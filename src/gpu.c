@@ -197,6 +197,33 @@ GpuChosen(KmEngineChoice choice)
 }
 
 /*
+ * Wait, for at most kmeans_gpu.gpu_wait, until the device has need bytes
+ * free: other backends' fits hold memory only while they run, so under
+ * kmeans_gpu.engine 'gpu' a fit that fits the device queues behind them
+ * instead of failing.  Interrupts (cancel, statement_timeout) are served
+ * while waiting.  Returns whether the memory is there; info is refreshed.
+ */
+static bool
+GpuWaitForMemory(uint64 need, km_gpu_device *info)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	km_error	err;
+
+	for (;;)
+	{
+		if (need <= info->free_bytes)
+			return true;
+		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), kmeans_gpu_wait_ms))
+			return false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(20000L);
+		memset(&err, 0, sizeof(err));
+		if (gpu_api->device_info(gpu_device, info, &err) != KM_OK)
+			return false;
+	}
+}
+
+/*
  * Whether the device has need bytes free for what.  Under 'gpu' a need that
  * fits the device waits for other sessions to free memory, and a need that
  * does not fit is an ERROR; under 'auto' the answer is simply no.
@@ -216,7 +243,7 @@ GpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char
 	}
 	if (need > info.free_bytes && choice == KM_ENGINE_GPU &&
 		need <= info.total_bytes - info.total_bytes / 16)
-		(void) KmGpuWaitForMemory(need, &info);
+		(void) GpuWaitForMemory(need, &info);
 	if (need <= info.free_bytes)
 		return true;
 
@@ -245,35 +272,6 @@ KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
 		!GpuHasRoom(api, choice, api->fit_device_bytes(n, dim, k, metric), "The fit"))
 		return NULL;
 	return api;
-}
-
-/*
- * Wait, for at most kmeans_gpu.gpu_wait, until the device has need bytes
- * free: other backends' fits hold memory only while they run, so under
- * kmeans_gpu.engine 'gpu' a fit that fits the device queues behind them
- * instead of failing.  Interrupts (cancel, statement_timeout) are served
- * while waiting.  Returns whether the memory is there; info is refreshed.
- */
-bool
-KmGpuWaitForMemory(uint64 need, km_gpu_device *info)
-{
-	TimestampTz start = GetCurrentTimestamp();
-	km_error	err;
-
-	if (gpu_api == NULL)
-		return false;
-	for (;;)
-	{
-		if (need <= info->free_bytes)
-			return true;
-		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), kmeans_gpu_wait_ms))
-			return false;
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(20000L);
-		memset(&err, 0, sizeof(err));
-		if (gpu_api->device_info(gpu_device, info, &err) != KM_OK)
-			return false;
-	}
 }
 
 /*
@@ -456,26 +454,12 @@ KmGpuSinkFinish(KmGpuSink *sink, bool raise)
 	return SinkCommit(sink, raise);
 }
 
-bool
-KmGpuSinkAlive(const KmGpuSink *sink)
-{
-	return sink != NULL && sink->ds != NULL;
-}
-
 /* Run a fit on the streamed rows. */
 km_status
 KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
 			 km_result *result, km_error *err)
 {
 	return sink->api->dataset_fit(sink->ds, params, hooks, result, err);
-}
-
-/* Free the device rows now (the callback then has nothing to do). */
-void
-KmGpuSinkRelease(KmGpuSink *sink)
-{
-	if (sink != NULL)
-		SinkFree(sink);
 }
 
 /*

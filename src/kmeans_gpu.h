@@ -175,8 +175,6 @@ extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int 
 											km_metric metric);
 extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
 extern void KmGpuFailed(km_status status, const char *message, bool raise);
-struct km_gpu_device;
-extern bool KmGpuWaitForMemory(uint64 need, struct km_gpu_device *info);
 extern bool KmGpuRetryAfterNomem(TimestampTz *since);
 extern KmGpuSink *KmGpuSinkCreate(const struct km_gpu_api *api, MemoryContext context, int dim,
 								  bool weighted, int64 expected_rows, bool raise);
@@ -184,10 +182,8 @@ extern float *KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise);
 extern void KmGpuSinkTake(KmGpuSink *sink, float weight);
 extern bool KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise);
 extern bool KmGpuSinkFinish(KmGpuSink *sink, bool raise);
-extern bool KmGpuSinkAlive(const KmGpuSink *sink);
 extern km_status KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
 							  km_result *result, km_error *err);
-extern void KmGpuSinkRelease(KmGpuSink *sink);
 
 /* srf.c */
 struct ReturnSetInfo;
