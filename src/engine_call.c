@@ -145,6 +145,18 @@ KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
 }
 
 /*
+ * Drop an engine call that returned (or is to be tried again): free its
+ * memory, and raise an error caught in a callback, if any.
+ */
+static void
+KmCallAbandon(KmCall *call)
+{
+	MemoryContextDelete(call->context);
+	if (call->error != NULL)
+		ReThrowError(call->error);
+}
+
+/*
  * After the engine returned: free its memory, then raise whatever went
  * wrong, first an error caught in a callback, then the engine's own.
  * recoverable: a device failure is not raised but returned (true), so that
@@ -153,13 +165,11 @@ KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
 static bool
 KmCallEnd(KmCall *call, km_status status, const km_error *err, bool recoverable)
 {
-	MemoryContextDelete(call->context);
-
-	if (call->error != NULL)
-		ReThrowError(call->error);
-	if (recoverable && IsDeviceFailure(status))
+	KmCallAbandon(call);
+	if (IsDeviceFailure(status))
 	{
-		KmGpuFailed(status, err->message, false);
+		/* raises unless recoverable */
+		KmGpuFailed(status, err->message, !recoverable);
 		return true;
 	}
 
@@ -185,12 +195,6 @@ KmCallEnd(KmCall *call, km_status status, const km_error *err, bool recoverable)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("k-means engine rejected the input: %s", err->message)));
 			break;
-		case KM_ERR_DEVICE:
-		case KM_ERR_DEVICE_FATAL:
-		case KM_ERR_DEVICE_NOMEM:
-		case KM_ERR_UNAVAILABLE:
-			KmGpuFailed(status, err->message, true);
-			break;
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
@@ -215,18 +219,6 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 	if (want_labels)
 		need = add_size(need, mul_size((Size) n, sizeof(int32)));
 	return need;
-}
-
-/*
- * Drop an engine call that is to be tried again: free its memory, and raise
- * an error caught in a callback, if any.
- */
-static void
-KmCallAbandon(KmCall *call)
-{
-	MemoryContextDelete(call->context);
-	if (call->error != NULL)
-		ReThrowError(call->error);
 }
 
 /*
