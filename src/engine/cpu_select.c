@@ -13,6 +13,31 @@
 #include <string.h>
 
 /*
+ * Restore the max-heap order below position i of a[0..n).
+ */
+static void
+km_cpu_sift(km_cpu_cand *a, int64_t n, int64_t i)
+{
+	km_cpu_cand v = a[i];
+
+	for (;;)
+	{
+		int64_t		l = 2 * i + 1;
+		int64_t		m = l;
+
+		if (l >= n)
+			break;
+		if (l + 1 < n && km_cpu_before(&a[l], &a[l + 1]))
+			m = l + 1;
+		if (!km_cpu_before(&v, &a[m]))
+			break;
+		a[i] = a[m];
+		i = m;
+	}
+	a[i] = v;
+}
+
+/*
  * Offer c to a heap that keeps the cap smallest entries seen (the largest
  * of them at the root, ready to be evicted).
  */
@@ -43,47 +68,8 @@ km_cpu_heap_push(km_cpu_cand *heap, int *len, int cap, const km_cpu_cand *c)
 		return;
 
 	/* full: c replaces the largest entry and sifts down */
-	i = 0;
-	for (;;)
-	{
-		int			l = 2 * i + 1;
-		int			m = l;
-
-		if (l >= cap)
-			break;
-		if (l + 1 < cap && km_cpu_before(&heap[l], &heap[l + 1]))
-			m = l + 1;
-		if (!km_cpu_before(c, &heap[m]))
-			break;
-		heap[i] = heap[m];
-		i = m;
-	}
-	heap[i] = *c;
-}
-
-/*
- * Restore the max-heap order below position i of a[0..n).
- */
-static void
-km_cpu_sift(km_cpu_cand *a, int64_t n, int64_t i)
-{
-	km_cpu_cand v = a[i];
-
-	for (;;)
-	{
-		int64_t		l = 2 * i + 1;
-		int64_t		m = l;
-
-		if (l >= n)
-			break;
-		if (l + 1 < n && km_cpu_before(&a[l], &a[l + 1]))
-			m = l + 1;
-		if (!km_cpu_before(&v, &a[m]))
-			break;
-		a[i] = a[m];
-		i = m;
-	}
-	a[i] = v;
+	heap[0] = *c;
+	km_cpu_sift(heap, cap, 0);
 }
 
 /*
