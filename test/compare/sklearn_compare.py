@@ -18,22 +18,15 @@ import re
 import sys
 
 import numpy as np
-import psycopg2
 from sklearn.cluster import KMeans
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from pgtest import connect, create_database  # noqa: E402
+from tap import Tap  # noqa: E402
 
 FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    n = len(results) + 1
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {n} - {description}")
-    if diagnostic and not ok:
-        for line in str(diagnostic).splitlines():
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap()
 
 
 def blobs(rng, n, d, k, spread):
@@ -82,16 +75,16 @@ def compare(cur, name, X, k, max_iter, rng, w=None):
                 algorithm="lloyd").fit(X, sample_weight=w)
     shape = f"{name} (n={len(X)}, d={X.shape[1]}, k={k})"
     differ = int(np.sum(labels != km.labels_))
-    check(differ == 0, f"{shape}: same labels as scikit-learn",
-          f"{differ} of {len(X)} labels differ")
+    tap.check(differ == 0, f"{shape}: same labels as scikit-learn",
+              f"{differ} of {len(X)} labels differ")
     rel = abs(inertia - km.inertia_) / km.inertia_
-    check(rel <= 1e-5, f"{shape}: inertia within 1e-5 (relative difference {rel:.2e})",
-          f"ours {inertia!r}, scikit-learn {km.inertia_!r}")
+    tap.check(rel <= 1e-5, f"{shape}: inertia within 1e-5 (relative difference {rel:.2e})",
+              f"ours {inertia!r}, scikit-learn {km.inertia_!r}")
     scale = max(1.0, float(np.abs(km.cluster_centers_).max()))
     err = float(np.abs(centroids - km.cluster_centers_).max()) / scale
-    check(err <= 1e-4, f"{shape}: centroids within 1e-4 (largest difference {err:.2e})")
-    check(iterations == km.n_iter_, f"{shape}: same number of iterations ({iterations})",
-          f"ours {iterations}, scikit-learn {km.n_iter_}")
+    tap.check(err <= 1e-4, f"{shape}: centroids within 1e-4 (largest difference {err:.2e})")
+    tap.check(iterations == km.n_iter_, f"{shape}: same number of iterations ({iterations})",
+              f"ours {iterations}, scikit-learn {km.n_iter_}")
 
 
 def check_verbose(conn):
@@ -103,19 +96,15 @@ def check_verbose(conn):
     cur.execute("RESET kmeans_gpu.\"verbose\"")
     text = "".join(conn.notices)
     lines = re.findall(r"INFO:  kmeans: run 1/1, iteration (\d+): inertia [0-9.e+-]+, moved [0-9.]+(?:, [a-z -]+)?, [0-9.]+ s", text)
-    check(lines == [str(i) for i in range(1, iterations + 1)],
-          "kmeans_gpu.verbose reports every iteration with inertia, moved fraction and time", text)
-    check(re.search(r"INFO:  kmeans: \d+ vectors of \d+ values into 4 clusters", text) is not None,
-          "kmeans_gpu.verbose announces the fit", text)
+    tap.check(lines == [str(i) for i in range(1, iterations + 1)],
+              "kmeans_gpu.verbose reports every iteration with inertia, moved fraction and time", text)
+    tap.check(re.search(r"INFO:  kmeans: \d+ vectors of \d+ values into 4 clusters", text) is not None,
+              "kmeans_gpu.verbose announces the fit", text)
 
 
 def main():
-    admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
-    admin.autocommit = True
-    admin.cursor().execute("DROP DATABASE IF EXISTS kmeans_compare")
-    admin.cursor().execute("CREATE DATABASE kmeans_compare")
-    conn = psycopg2.connect(dbname="kmeans_compare")
-    conn.autocommit = True
+    admin = create_database("kmeans_compare")
+    conn = connect("kmeans_compare")
     cur = conn.cursor()
     cur.execute("CREATE EXTENSION kmeans_gpu")
 
@@ -133,8 +122,7 @@ def main():
 
     conn.close()
     admin.cursor().execute("DROP DATABASE kmeans_compare")
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
+    return tap.done()
 
 
 if __name__ == "__main__":

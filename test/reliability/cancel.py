@@ -40,22 +40,17 @@ import time
 import psycopg2
 import psycopg2.extensions
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from pgtest import connect, create_database, proc_status  # noqa: E402
+from tap import Tap  # noqa: E402
+
 DB = "kmeans_cancel"
 LATENCY_LIMIT = 1.0
 CONTEXT_SLACK = 1 << 20
 ANON_SLACK = 8 << 20
 REPEATS = 3
 
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic and not ok:
-        for line in str(diagnostic).strip().splitlines()[:30]:
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap(diag_lines=30)
 
 
 def wait(conn, timeout=None):
@@ -77,18 +72,6 @@ def run(conn, sql, params=None):
     return cur.fetchall() if cur.description else None
 
 
-def proc_status(pid):
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    kb = lambda key: int(fields[key].split()[0]) * 1024
-    # RssAnon: the backend's private memory (VmRSS also counts the shared
-    # buffers it touched, which grow with every table it reads)
-    return {"rss": kb("VmRSS"), "anon": kb("RssAnon"), "threads": int(fields["Threads"])}
-
-
 def process_gone(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -101,10 +84,10 @@ def process_gone(pid):
 
 
 def memory(conn, pid):
+    """The backend's memory contexts, private resident memory and threads."""
     contexts = run(conn, "SELECT sum(total_bytes)::bigint FROM pg_backend_memory_contexts")[0][0]
-    m = proc_status(pid)
-    m["contexts"] = contexts
-    return m
+    status = proc_status(pid)
+    return {"contexts": contexts, "anon": status["RssAnon"], "threads": status["Threads"]}
 
 
 def mb(x):
@@ -204,12 +187,8 @@ def describe_notices(notices):
 
 
 def main():
-    admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
-    admin.autocommit = True
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {DB}")
-    admin.cursor().execute(f"CREATE DATABASE {DB}")
-    setup = psycopg2.connect(dbname=DB)
-    setup.autocommit = True
+    admin = create_database(DB)
+    setup = connect(DB)
     cur = setup.cursor()
     cur.execute("""
         CREATE EXTENSION kmeans_gpu;
@@ -228,8 +207,7 @@ def main():
         CREATE TABLE cx_model AS SELECT kmeans_fit('cx_pts', 'v', 1000, init => 'random', max_iter => 1,
                                                    seed => 1) AS m;
     """)
-    control = psycopg2.connect(dbname=DB)
-    control.autocommit = True
+    control = connect(DB)
 
     lloyd = "init => 'random', tol => 0, max_iter => 1000000, seed => 4"
     cases = [
@@ -298,14 +276,14 @@ def main():
             latencies.append((f"{key} {how}", max(lats) if lats else float("nan")))
             e = worst["error"]
             when = ", ".join(f"{r['stopped_after'] or 0:.2f}" for r in runs)
-            check(ok, f"{label}: stopped {REPEATS} times, after {when} s "
-                      f"during {'/'.join(sorted(set(r['phase'] for r in runs)))}, ended at most "
-                      f"{max(lats) if lats else float('nan'):.3f} s later with "
-                      f"{'/'.join(sorted(set(r['error'].pgcode if r['error'] is not None else 'no error' for r in runs)))}",
-                  f"error: {e.pgcode if e else None} {str(e).strip() if e else ''}\n"
-                  f"expected phase {phase}, got {worst['phase']}, elapsed {worst['elapsed']:.3f} s\n"
-                  + describe_notices(worst["notices"]))
-            check(usable, f"{label}: the session is usable after each (a small fit gives the same model)", diag)
+            tap.check(ok, f"{label}: stopped {REPEATS} times, after {when} s "
+                          f"during {'/'.join(sorted(set(r['phase'] for r in runs)))}, ended at most "
+                          f"{max(lats) if lats else float('nan'):.3f} s later with "
+                          f"{'/'.join(sorted(set(r['error'].pgcode if r['error'] is not None else 'no error' for r in runs)))}",
+                      f"error: {e.pgcode if e else None} {str(e).strip() if e else ''}\n"
+                      f"expected phase {phase}, got {worst['phase']}, elapsed {worst['elapsed']:.3f} s\n"
+                      + describe_notices(worst["notices"]))
+            tap.check(usable, f"{label}: the session is usable after each (a small fit gives the same model)", diag)
             # the first stop may leave the allocator's heap larger (freed memory
             # kept for reuse); further stops must not grow anything
             first, final = mem[1], mem[-1]
@@ -313,15 +291,14 @@ def main():
                   and abs(final["contexts"] - mem[0]["contexts"]) <= CONTEXT_SLACK
                   and final["anon"] - first["anon"] <= ANON_SLACK
                   and all(m["threads"] == mem[0]["threads"] for m in mem))
-            check(ok, f"{label}: memory back to its level: contexts "
-                      f"{' -> '.join(mb(m['contexts']) for m in mem)}; private RSS "
-                      f"{' -> '.join(mb(m['anon']) for m in mem)}; threads "
-                      f"{' -> '.join(str(m['threads']) for m in mem)}")
+            tap.check(ok, f"{label}: memory back to its level: contexts "
+                          f"{' -> '.join(mb(m['contexts']) for m in mem)}; private RSS "
+                          f"{' -> '.join(mb(m['anon']) for m in mem)}; threads "
+                          f"{' -> '.join(str(m['threads']) for m in mem)}")
 
     # pg_terminate_backend during Lloyd iterations: the backend exits, the
     # server stays up.
-    sentinel = psycopg2.connect(dbname=DB)
-    sentinel.autocommit = True
+    sentinel = connect(DB)
     spid = sentinel.cursor()
     spid.execute("SELECT pg_backend_pid()")
     sentinel_pid = spid.fetchone()[0]
@@ -340,12 +317,12 @@ def main():
             exited = time.monotonic() - r["stopped_at"]
         else:
             time.sleep(0.001)
-    check(e is not None and lat is not None and lat <= LATENCY_LIMIT
-          and exited is not None and exited <= LATENCY_LIMIT,
-          f"pg_terminate_backend during Lloyd iterations: the connection closed "
-          f"{lat if lat is not None else float('nan'):.3f} s later, the backend exited "
-          f"{exited if exited is not None else float('nan'):.3f} s after the terminate",
-          f"error: {e}\n" + describe_notices(r["notices"]))
+    tap.check(e is not None and lat is not None and lat <= LATENCY_LIMIT
+              and exited is not None and exited <= LATENCY_LIMIT,
+              f"pg_terminate_backend during Lloyd iterations: the connection closed "
+              f"{lat if lat is not None else float('nan'):.3f} s later, the backend exited "
+              f"{exited if exited is not None else float('nan'):.3f} s after the terminate",
+              f"error: {e}\n" + describe_notices(r["notices"]))
     try:
         spid.execute("SELECT pg_backend_pid()")
         same = spid.fetchone()[0] == sentinel_pid
@@ -354,8 +331,8 @@ def main():
     fresh = psycopg2.connect(dbname=DB)
     fc = fresh.cursor()
     fc.execute("SELECT kmeans_fit('cx_small', 'v', 4, seed => 3)::text")
-    check(same and fc.fetchone()[0] == reference,
-          "the server did not restart: another session stayed connected, a new one fits the same model")
+    tap.check(same and fc.fetchone()[0] == reference,
+              "the server did not restart: another session stayed connected, a new one fits the same model")
     fresh.close()
     sentinel.close()
     control.close()
@@ -363,9 +340,9 @@ def main():
     admin.cursor().execute(f"DROP DATABASE {DB}")
     admin.close()
 
-    print(f"1..{len(results)}")
+    status = tap.done()
     print("# latencies: " + ", ".join(f"{name} {lat * 1000:.0f} ms" for name, lat in latencies))
-    return 0 if all(results) else 1
+    return status
 
 
 if __name__ == "__main__":

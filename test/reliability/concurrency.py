@@ -31,10 +31,13 @@ import sys
 import threading
 import time
 
-import psycopg2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from pgtest import connect, create_database  # noqa: E402
+from tap import Tap  # noqa: E402
 
 DB = "kmeans_conc"
-HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "pgbench")
 
 # reader scripts and their weights
@@ -73,16 +76,7 @@ CREATE TABLE conc_results (n bigserial, kind text, ok bool, detail text,
                            at timestamptz DEFAULT clock_timestamp());
 """
 
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic and not ok:
-        for line in str(diagnostic).strip().splitlines()[:20]:
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap(diag_lines=20)
 
 
 def pgbench(args, out):
@@ -111,17 +105,13 @@ def main():
     ap.add_argument("--write-rate", type=int, default=200, help="writer statements per second, in all")
     args = ap.parse_args()
 
-    admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
-    admin.autocommit = True
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {DB}")
-    admin.cursor().execute(f"CREATE DATABASE {DB}")
-    conn = psycopg2.connect(dbname=DB)
-    conn.autocommit = True
+    admin = create_database(DB)
+    conn = connect(DB)
     cur = conn.cursor()
     cur.execute(SETUP)
     cur.execute("SELECT (SELECT kmeans(v, 6, '{\"seed\": 5}') FROM conc_static) = m FROM conc_serial "
                 "WHERE name = 'fit'")
-    check(cur.fetchone()[0], "serially, the aggregate on conc_static equals kmeans_fit (agg_static compares with it)")
+    tap.check(cur.fetchone()[0], "serially, the aggregate on conc_static equals kmeans_fit (agg_static compares with it)")
     cur.execute("SELECT count(*), count(v) FROM conc_live")
     live_before = cur.fetchone()
 
@@ -142,17 +132,17 @@ def main():
         text = out.get("output", "")
         aborted = re.findall(r".*aborted.*|.*ERROR.*", text)
         ok = out.get("rc") == 0 and not aborted and failed(text) == 0 and processed(text) > 0
-        check(ok, f"pgbench {label}: {n} sessions ran {processed(text)} transactions in "
-                  f"{args.seconds} s, {failed(text)} failed, none aborted",
-              text if not ok else None)
+        tap.check(ok, f"pgbench {label}: {n} sessions ran {processed(text)} transactions in "
+                      f"{args.seconds} s, {failed(text)} failed, none aborted",
+                  text if not ok else None)
 
     cur.execute("SELECT count(*), count(v) FROM conc_live")
     live_after = cur.fetchone()
     cur.execute("SELECT count(*) FROM conc_live WHERE xmin::text::bigint > "
                 "(SELECT min(xmin::text::bigint) FROM conc_results)")
     changed = cur.fetchone()[0]
-    check(changed > 0, f"the writers changed conc_live during the run ({changed} rows written; "
-                       f"rows {live_before[0]} -> {live_after[0]}, with a vector {live_before[1]} -> {live_after[1]})")
+    tap.check(changed > 0, f"the writers changed conc_live during the run ({changed} rows written; "
+                           f"rows {live_before[0]} -> {live_after[0]}, with a vector {live_before[1]} -> {live_after[1]})")
 
     cur.execute("SELECT kind, count(*), count(*) FILTER (WHERE ok), "
                 "(array_agg(detail ORDER BY n) FILTER (WHERE NOT ok OR ok IS NULL))[1:3] "
@@ -172,17 +162,17 @@ def main():
     }
     for name, _ in READERS:
         total, good, bad = by_kind.get(name, (0, 0, None))
-        check(total > 0 and good == total, f"{name}: {good} of {total} valid: {what[name]}", bad)
+        tap.check(total > 0 and good == total, f"{name}: {good} of {total} valid: {what[name]}", bad)
 
     cur.execute("SELECT kmeans_fit('conc_static', 'v', 6, seed => 5) = m FROM conc_serial WHERE name = 'fit'")
-    check(cur.fetchone()[0], "after the run, a serial fit still equals the saved model")
+    tap.check(cur.fetchone()[0], "after the run, a serial fit still equals the saved model")
     conn.close()
     admin.cursor().execute(f"DROP DATABASE {DB}")
     admin.close()
-    print(f"1..{len(results)}")
+    status = tap.done()
     print(f"# concurrency: {args.clients} + {args.writers} sessions for {elapsed:.0f} s, "
           f"{sum(v[0] for v in by_kind.values())} verdicts")
-    return 0 if all(results) else 1
+    return status
 
 
 if __name__ == "__main__":

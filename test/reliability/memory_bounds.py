@@ -36,36 +36,20 @@ import time
 
 import psycopg2
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from pgtest import connect, create_database, proc_status  # noqa: E402
+from tap import Tap  # noqa: E402
+
 DB = "kmeans_membounds"
 MB = 1 << 20
 SLACK = 4 * MB
 CONTEXT_SLACK = 1 * MB
 
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic and not ok:
-        for line in str(diagnostic).strip().splitlines()[:20]:
-            print("# " + line)
-    sys.stdout.flush()
-
-
-def status(pid):
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if value.strip().endswith("kB"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
+tap = Tap(diag_lines=20)
 
 
 def session():
-    conn = psycopg2.connect(dbname=DB)
-    conn.autocommit = True
+    conn = connect(DB)
     cur = conn.cursor()
     # work_mem small: the tuplestores of generate_series and the window
     # function hold little
@@ -82,7 +66,7 @@ class PeakWatch:
 
     def __init__(self, pid):
         self.pid = pid
-        self.base = status(pid)["RssAnon"]
+        self.base = proc_status(pid)["RssAnon"]
         self.peak = self.base
         self.done = False
         self.thread = threading.Thread(target=self.run)
@@ -90,13 +74,13 @@ class PeakWatch:
 
     def run(self):
         while not self.done:
-            self.peak = max(self.peak, status(self.pid)["RssAnon"])
+            self.peak = max(self.peak, proc_status(self.pid)["RssAnon"])
             time.sleep(0.0005)
 
     def stop(self):
         self.done = True
         self.thread.join()
-        self.peak = max(self.peak, status(self.pid)["RssAnon"])
+        self.peak = max(self.peak, proc_status(self.pid)["RssAnon"])
         return self.peak - self.base
 
 
@@ -124,22 +108,18 @@ def case(name, sql, max_memory, allowed, message, pretouch=None):
     ctx_after = contexts(cur)
     conn.close()
     text = (error.pgerror or "").strip() if error else "no error"
-    check(error is not None and error.pgcode == "54000" and re.search(message, text) is not None,
-          f"{name}: fails with 54000: {text.splitlines()[0] if text else ''}",
-          f"{error.pgcode if error else None}: {text}")
-    check(grew <= allowed + SLACK,
-          f"{name}: peak private memory grew by {grew / MB:.1f} MB (allowed {(allowed + SLACK) / MB:.0f} MB)")
-    check(abs(ctx_after - ctx_before) <= CONTEXT_SLACK,
-          f"{name}: memory contexts back to their size ({ctx_before / MB:.1f} MB -> {ctx_after / MB:.1f} MB)")
+    tap.check(error is not None and error.pgcode == "54000" and re.search(message, text) is not None,
+              f"{name}: fails with 54000: {text.splitlines()[0] if text else ''}",
+              f"{error.pgcode if error else None}: {text}")
+    tap.check(grew <= allowed + SLACK,
+              f"{name}: peak private memory grew by {grew / MB:.1f} MB (allowed {(allowed + SLACK) / MB:.0f} MB)")
+    tap.check(abs(ctx_after - ctx_before) <= CONTEXT_SLACK,
+              f"{name}: memory contexts back to their size ({ctx_before / MB:.1f} MB -> {ctx_after / MB:.1f} MB)")
 
 
 def main():
-    admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
-    admin.autocommit = True
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {DB}")
-    admin.cursor().execute(f"CREATE DATABASE {DB}")
-    setup = psycopg2.connect(dbname=DB)
-    setup.autocommit = True
+    admin = create_database(DB)
+    setup = connect(DB)
     setup.cursor().execute("""
         CREATE EXTENSION kmeans_gpu;
         CREATE TABLE mb_small AS SELECT ARRAY[i % 7, i % 5]::real[] AS v FROM generate_series(1, 100) i;
@@ -184,13 +164,12 @@ def main():
     cur.execute(f"SELECT (kmeans(v, 2, '{{\"max_iter\": 1, \"seed\": 1}}')).n_rows FROM ({big_rows}) q")
     grew = watch.stop()
     conn.close()
-    check(grew >= 40 * MB, f"without the limit the aggregate's peak grows by {grew / MB:.1f} MB "
-                           f"(the measure sees the 51 MB of rows)")
+    tap.check(grew >= 40 * MB, f"without the limit the aggregate's peak grows by {grew / MB:.1f} MB "
+                               f"(the measure sees the 51 MB of rows)")
 
     admin.cursor().execute(f"DROP DATABASE {DB}")
     admin.close()
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
+    return tap.done()
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ import time
 import numpy as np
 import psycopg2
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from pgtest import connect, create_database  # noqa: E402
+
 DB = "kmeans_prop"
 
 CLASSES = [
@@ -528,13 +531,12 @@ class ConnectionLost(Exception):
     pass
 
 
-def connect():
-    conn = psycopg2.connect(dbname=DB)
-    conn.autocommit = True
-    cur = conn.cursor()
+def session():
+    """A connection to DB on the engine KM_PROP_ENGINE names, if any."""
+    conn = connect(DB)
     engine = os.environ.get("KM_PROP_ENGINE")
     if engine:
-        cur.execute("SET kmeans_gpu.engine = %s", (engine,))
+        conn.cursor().execute("SET kmeans_gpu.engine = %s", (engine,))
     return conn
 
 
@@ -545,16 +547,12 @@ def main():
     ap.add_argument("--case", type=int, default=None)
     args = ap.parse_args()
 
-    admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
-    admin.autocommit = True
-    admin.cursor().execute(f"DROP DATABASE IF EXISTS {DB}")
-    admin.cursor().execute(f"CREATE DATABASE {DB}")
-    conn = psycopg2.connect(dbname=DB)
-    conn.autocommit = True
+    admin = create_database(DB)
+    conn = connect(DB)
     conn.cursor().execute("CREATE EXTENSION kmeans_gpu")
     conn.cursor().execute("CREATE UNLOGGED TABLE prop (id bigint, v real[], w float8)")
     conn.close()
-    conn = connect()
+    conn = session()
 
     stats = Stats()
     start = time.monotonic()
@@ -574,7 +572,7 @@ def main():
             for _ in range(60):
                 time.sleep(1)
                 try:
-                    conn = connect()
+                    conn = session()
                     break
                 except psycopg2.OperationalError:
                     continue
