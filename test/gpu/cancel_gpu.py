@@ -14,19 +14,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from pgload import load, psql  # noqa: E402
+from tap import Tap  # noqa: E402
 
 DB = "kmeans_gpu_cancel"
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic is not None and not ok:
-        for line in str(diagnostic).splitlines():
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap()
 
 
 WARM = """
@@ -53,16 +46,16 @@ SELECT free_memory AS after FROM kmeans_gpu_devices() WHERE device = 0 \\gset
     out = r.stdout.decode() + r.stderr.decode()
     m = re.search(r"RESULT (\S+) (\S+) (\S+) (\S+) (\S+)", out)
     if not m:
-        check(False, f"{name}: the script ran", out)
+        tap.check(False, f"{name}: the script ran", out)
         return
     engine, took, usable, before, after = m.groups()
     late = float(took) - timeout_ms / 1000.0
     canceled = "canceling statement due to statement timeout" in out
-    check(engine == "gpu" and canceled, f"{name}: statement_timeout canceled the GPU fit", out)
-    check(late < 1.0, f"{name}: it ended {late:.3f} s after the timeout", out)
-    check(usable == "42", f"{name}: the session is usable afterwards", out)
+    tap.check(engine == "gpu" and canceled, f"{name}: statement_timeout canceled the GPU fit", out)
+    tap.check(late < 1.0, f"{name}: it ended {late:.3f} s after the timeout", out)
+    tap.check(usable == "42", f"{name}: the session is usable afterwards", out)
     diff = int(before) - int(after)
-    check(abs(diff) < 16 << 20, f"{name}: GPU free memory back where it was ({diff} bytes apart)", out)
+    tap.check(abs(diff) < 16 << 20, f"{name}: GPU free memory back where it was ({diff} bytes apart)", out)
 
 
 def backend_cancel():
@@ -84,9 +77,9 @@ def backend_cancel():
              "WHERE application_name = 'kmeans_cancel_me') x", DB)
     out = "".join(seen) + p.communicate(timeout=60)[0].decode()
     late = time.time() - t_cancel
-    check(n == "1" and "canceling statement due to user request" in out,
-          "pg_cancel_backend canceled a GPU fit in its iterations", out[-2000:])
-    check(late < 1.0, f"pg_cancel_backend: it ended {late:.3f} s after the cancel", out[-2000:])
+    tap.check(n == "1" and "canceling statement due to user request" in out,
+              "pg_cancel_backend canceled a GPU fit in its iterations", out[-2000:])
+    tap.check(late < 1.0, f"pg_cancel_backend: it ended {late:.3f} s after the cancel", out[-2000:])
 
 
 def main():
@@ -107,8 +100,7 @@ def main():
     backend_cancel()
 
     psql(f"DROP DATABASE {DB}")
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
+    return tap.done()
 
 
 if __name__ == "__main__":

@@ -12,20 +12,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from pgload import load, psql  # noqa: E402
+from tap import Tap  # noqa: E402
 
 DB = "kmeans_gpu_concurrency"
 SESSIONS = 16
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic is not None and not ok:
-        for line in str(diagnostic).splitlines()[:20]:
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap(diag_lines=20)
 
 
 QUERIES = [
@@ -53,7 +46,7 @@ def main():
         r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-d", DB, "-c", q], env=env,
                            capture_output=True)
         alone.append(r.stdout.decode().strip())
-    check(alone[0] == alone[1] and all(alone), "fitted alone: kmeans_fit equals the aggregate", alone)
+    tap.check(alone[0] == alone[1] and all(alone), "fitted alone: kmeans_fit equals the aggregate", alone)
 
     procs = []
     for s in range(SESSIONS):
@@ -63,15 +56,14 @@ def main():
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
     outs = [(i, p.communicate(timeout=600)[0].decode().strip(), p.returncode) for i, p in procs]
     failed = [o for i, o, rc in outs if rc != 0]
-    check(not failed, f"{SESSIONS} concurrent sessions on one GPU: none failed", "\n".join(failed))
+    tap.check(not failed, f"{SESSIONS} concurrent sessions on one GPU: none failed", "\n".join(failed))
     wrong = [o for i, o, rc in outs if rc == 0 and o != alone[i]]
-    check(not wrong, "every concurrent result equals the one computed alone", "\n".join(wrong))
+    tap.check(not wrong, "every concurrent result equals the one computed alone", "\n".join(wrong))
     engines = psql("SELECT (m).engine FROM model", DB)
-    check(engines == "gpu", "the fits ran on the GPU", engines)
+    tap.check(engines == "gpu", "the fits ran on the GPU", engines)
 
     psql(f"DROP DATABASE {DB}")
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
+    return tap.done()
 
 
 if __name__ == "__main__":

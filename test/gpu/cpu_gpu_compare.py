@@ -17,21 +17,14 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from pgload import load, psql  # noqa: E402
+from tap import Tap  # noqa: E402
 
 DB = "kmeans_gpu_compare"
 # a dry run on a machine without a GPU: KM_SECOND_ENGINE=cpu
 SECOND = os.environ.get("KM_SECOND_ENGINE", "gpu")
-results = []
-
-
-def check(ok, description, diagnostic=None):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {description}")
-    if diagnostic is not None and not ok:
-        for line in str(diagnostic).splitlines():
-            print("# " + line)
-    sys.stdout.flush()
+tap = Tap()
 
 
 def blobs(rng, n, d, k, spread=1.0, offset=0.0):
@@ -57,10 +50,10 @@ def compare(name, X, k, max_iter, rng, metric="l2", weights=None):
                "(SELECT max(abs(x - y)) FROM unnest((c).centroids, (g).centroids) u(x, y)) FROM fits", DB)
     engine, same_sizes, it_c, it_g, same_centroids, rel, maxdiff = row.split("|")
     shape = f"{name} (n={n}, d={d}, k={k}, {metric}{', weighted' if weights is not None else ''})"
-    check(engine == SECOND, f"{shape}: the {SECOND} engine ran", row)
-    check(same_sizes == "t" and it_c == it_g, f"{shape}: same sizes and iterations ({it_c})", row)
-    check(same_centroids == "t", f"{shape}: identical centroids", f"largest difference {maxdiff}")
-    check(float(rel) <= 1e-5, f"{shape}: inertia within 1e-5 (relative difference {float(rel):.1e})", row)
+    tap.check(engine == SECOND, f"{shape}: the {SECOND} engine ran", row)
+    tap.check(same_sizes == "t" and it_c == it_g, f"{shape}: same sizes and iterations ({it_c})", row)
+    tap.check(same_centroids == "t", f"{shape}: identical centroids", f"largest difference {maxdiff}")
+    tap.check(float(rel) <= 1e-5, f"{shape}: inertia within 1e-5 (relative difference {float(rel):.1e})", row)
 
     # the fit's own labels, row by row: the window function returns them
     differ = "0"
@@ -70,7 +63,7 @@ def compare(name, X, k, max_iter, rng, metric="l2", weights=None):
         g = json.dumps({**opts, "engine": SECOND})
         differ = psql(f"SELECT count(*) FROM (SELECT kmeans_cluster(v, {k}, '{c}') OVER () AS a, "
                       f"kmeans_cluster(v, {k}, '{g}') OVER () AS b FROM cmp) x WHERE a <> b", DB)
-    check(differ == "0", f"{shape}: every row has the same label on both engines", f"{differ} differ")
+    tap.check(differ == "0", f"{shape}: every row has the same label on both engines", f"{differ} differ")
 
 
 def main():
@@ -97,17 +90,16 @@ def main():
     load("pp", blobs(rng, 200000, 64, 40, 3.0), DB)
     same = psql(f"SELECT kmeans_fit('pp', 'v', 200, seed => 3, engine => '{SECOND}') = "
                 f"kmeans_fit('pp', 'v', 200, seed => 3, engine => '{SECOND}')", DB)
-    check(same == "t", "k-means++ on the GPU: the same seed gives the same model")
+    tap.check(same == "t", "k-means++ on the GPU: the same seed gives the same model")
     differ = psql(f"SET kmeans_gpu.engine = {SECOND}; "
                   "CREATE TEMP TABLE m AS SELECT kmeans_fit('pp', 'v', 200, seed => 3) AS m; "
                   "SELECT count(*) FROM m, kmeans_labels(m, 'pp', 'v', 'id') l JOIN pp USING (id) "
                   "WHERE l.cluster_id <> kmeans_assign(m, pp.v)", DB)
-    check(differ == "0", "kmeans_labels on the GPU agrees with kmeans_assign on every row",
-          f"{differ} differ")
+    tap.check(differ == "0", "kmeans_labels on the GPU agrees with kmeans_assign on every row",
+              f"{differ} differ")
 
     psql(f"DROP DATABASE {DB}")
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
+    return tap.done()
 
 
 if __name__ == "__main__":
