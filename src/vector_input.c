@@ -446,18 +446,17 @@ KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 	int			dim = KmVectorDim(vec);
 	float	   *row;
 
-	if (m->dim != 0)
-		KmCheckDimension(m->dim, dim);
 	if (m->host_rows)
 	{
 		int64		got;
 
-		row = KmMatrixReserve(m, dim, 1, &got);
+		row = KmMatrixReserve(m, dim, 1, &got);	/* checks the length */
 		if (m->weighted)
 			*m->weights_next = weight;
 	}
 	else
 	{
+		KmCheckDimension(m->dim, dim);
 		/* straight into pinned memory; once the GPU gave up, nowhere */
 		row = m->gpu != NULL ? KmGpuSinkNext(m->gpu, dim, m->gpu_raise) : NULL;
 		if (row == NULL)
