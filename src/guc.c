@@ -89,6 +89,19 @@ KmEngineSetting(void)
 	return (KmEngineChoice) kmeans_engine_choice;
 }
 
+/*
+ * The engine called name in kmeans_gpu.engine's list (spelt exactly, unlike
+ * the setting, which ignores case), or -1.
+ */
+int
+KmEngineByName(const char *name)
+{
+	for (const struct config_enum_entry *e = engine_options; e->name != NULL; e++)
+		if (strcmp(e->name, name) == 0)
+			return e->val;
+	return -1;
+}
+
 /* kmeans_gpu.max_memory in bytes. */
 Size
 KmMaxMemoryBytes(void)

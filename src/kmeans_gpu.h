@@ -40,6 +40,8 @@ extern int	kmeans_gpu_wait_ms;
 extern void KmGucInit(void);
 extern Size KmMaxMemoryBytes(void);
 extern int	KmCpuThreads(void);
+extern KmEngineChoice KmEngineSetting(void);
+extern int	KmEngineByName(const char *name);
 
 /* options.c: what a fit is asked to do */
 typedef struct KmOptions
@@ -134,7 +136,6 @@ extern bool KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
 					 KmFitOutput *out);
 extern void KmRunAssign(const km_data *data, const float *centroids, int k,
 						km_metric metric, int32 *labels, double *distances);
-extern KmEngineChoice KmEngineSetting(void);
 
 /* model.c: the kmeans_model composite */
 typedef struct KmModel

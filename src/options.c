@@ -93,13 +93,8 @@ KmOptionsSetMetric(KmOptions *opts, const char *metric)
 void
 KmOptionsSetEngine(KmOptions *opts, const char *engine)
 {
-	if (strcmp(engine, "auto") == 0)
-		opts->engine = KM_ENGINE_AUTO;
-	else if (strcmp(engine, "cpu") == 0)
-		opts->engine = KM_ENGINE_CPU;
-	else if (strcmp(engine, "gpu") == 0)
-		opts->engine = KM_ENGINE_GPU;
-	else
+	opts->engine = KmEngineByName(engine);
+	if (opts->engine < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown engine \"%s\"", engine),
