@@ -286,7 +286,6 @@ km_cpu_settle(const km_cpu_state *st, km_cpu_worker *wk, const float *a,
 		wk->label[i] = km_cpu_exact_nearest(st, xe + (size_t) i * d, cand, ncand,
 											&wk->cost[i]);
 	}
-	wk->ambiguous += m;
 }
 
 /*
@@ -427,7 +426,6 @@ km_cpu_pass_worker(void *arg, int id)
 
 	wk->inertia = 0.0;
 	wk->moved = 0;
-	wk->ambiguous = 0;
 	wk->nheap = 0;
 	if (flags & KM_CPU_SUMS)
 	{

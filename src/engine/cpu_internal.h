@@ -131,7 +131,6 @@ typedef struct km_cpu_worker
 	double		amax;			/* prepare: largest |x_i| of any row */
 	float		wmax;			/* prepare: largest weight */
 	int64_t		moved;
-	int64_t		ambiguous;
 
 	/* selections */
 	km_cpu_cand *heap;			/* k entries */
