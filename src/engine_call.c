@@ -251,6 +251,29 @@ KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *eng
 }
 
 /*
+ * kmeans_gpu.verbose: what is about to be fitted and by which engine (NULL:
+ * the GPU, on the rows streamed to it during the scan).
+ */
+static void
+ReportFit(const KmMatrix *m, const KmOptions *opts, const km_engine *engine)
+{
+	const char *name;
+
+	if (!kmeans_verbose)
+		return;
+	if (engine == NULL)
+		name = "gpu (rows streamed during the scan)";
+	else if (engine == &km_cpu_engine)
+		name = psprintf("cpu (%d threads)", KmCpuThreads());
+	else
+		name = "gpu";
+	ereport(INFO,
+			(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s",
+					m->n, m->dim, opts->k, KmMetricName(opts->metric),
+					KmInitName(opts->init), name)));
+}
+
+/*
  * Fit the rows of m as opts says; the arrays of out are allocated in the
  * current memory context.  The GPU runs the fit when the rows were streamed
  * to it, or when kmeans_gpu.engine (or the engine option) and the free GPU
@@ -311,11 +334,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	/* rows already on the GPU */
 	if (m->gpu != NULL && KmGpuSinkFinish(m->gpu, m->gpu_raise))
 	{
-		if (kmeans_verbose)
-			ereport(INFO,
-					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine gpu (rows streamed during the scan)",
-							m->n, m->dim, opts->k, KmMetricName(opts->metric),
-							KmInitName(opts->init))));
+		ReportFit(m, opts, NULL);
 		status = KmFitOnce(&call, &hooks, m, NULL, &data, &params, &result, &err, choice,
 						   opts->n_init);
 		done = !KmCallEnd(&call, status, &err, choice != KM_ENGINE_GPU);
@@ -333,15 +352,9 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 
 		Assert(m->host_rows);
 		api = try_gpu ? KmGpuForFit(choice, m->n, m->dim, opts->k, opts->metric) : NULL;
-		engine = api != NULL ? ((const km_gpu_api *) api)->engine : &km_cpu_engine;
+		engine = api != NULL ? api->engine : &km_cpu_engine;
 		try_gpu = false;		/* if the GPU fails, the CPU runs next */
-
-		if (kmeans_verbose)
-			ereport(INFO,
-					(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s",
-							data.n, data.d, opts->k, KmMetricName(opts->metric),
-							KmInitName(opts->init), engine == &km_cpu_engine ?
-							psprintf("cpu (%d threads)", KmCpuThreads()) : "gpu")));
+		ReportFit(m, opts, engine);
 
 		status = KmFitOnce(&call, &hooks, m, engine, &data, &params, &result, &err, choice,
 						   opts->n_init);
