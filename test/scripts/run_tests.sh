@@ -8,12 +8,14 @@
 # cancellation, memory bounds), and a watch over the server log for crashed
 # backends and leaks, after every suite and over the whole log at the end.
 # KM_TEST_SKIP_BIG=1 skips the multi-gigabyte parallel test;
-# KM_PROP_SECONDS sets the property run's time budget (120 s).
+# KM_PROP_SECONDS sets the property run's time budget (120 s);
+# KM_TEST_PORT the throwaway server's port (55432).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 
 test/scripts/ensure_deps.sh || exit 1
+export PYTHONPATH="$root/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
 make -s -j"$(nproc)" || exit 1
 make -s test/engine/engine_test || exit 1
 if [[ $(id -u) -eq 0 ]]; then
@@ -24,7 +26,7 @@ fi
 
 tmp=$(mktemp -d /tmp/kmeans_gpu_test.XXXXXX)
 chmod 755 "$tmp"
-eval "$(test/scripts/pg_server.sh start "$tmp/pg")" || exit 1
+eval "$(test/scripts/pg_server.sh start "$tmp/pg" "${KM_TEST_PORT:-55432}")" || exit 1
 trap 'test/scripts/pg_server.sh stop "$tmp/pg"' EXIT
 
 passed=0
@@ -64,10 +66,20 @@ count_tap() {
 		nok=1 # the suite died before reporting a failure
 		echo "$name: exited with status $status"
 	fi
+	if [[ $((ok + nok)) -eq 0 ]]; then
+		nok=1 # a suite that ran nothing (a missing runner, say) is a failure
+		echo "$name: no test ran"
+	fi
 	passed=$((passed + ok))
 	failed=$((failed + nok))
 	summary+=("$name: $ok passed, $nok failed")
 }
+
+echo "== dependencies: every command and module the scripts use is in test/scripts/deps.txt"
+/usr/bin/python3 test/scripts/check_deps.py >"$tmp/deps.tap" 2>&1
+status=$?
+cat "$tmp/deps.tap"
+count_tap dependencies "$tmp/deps.tap" $status
 
 echo "== engine tests"
 test/engine/engine_test >"$tmp/engine.tap" 2>&1
