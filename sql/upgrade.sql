@@ -1,0 +1,70 @@
+-- Upgrades keep users' models: models stored under 0.1 (both metrics,
+-- weights, from the aggregate and from kmeans_fit) work with every function
+-- after ALTER EXTENSION kmeans_gpu UPDATE, with the same labels as before.
+-- Runs in a database of its own, so that 0.1 can be installed there.
+SET extra_float_digits = 0;
+\set regress_db :DBNAME
+DROP DATABASE IF EXISTS kmeans_upgrade;
+CREATE DATABASE kmeans_upgrade;
+\c kmeans_upgrade
+SET extra_float_digits = 0;
+
+-- 0.1, driven by this build's library
+CREATE EXTENSION kmeans_gpu VERSION '0.1';
+SELECT extversion FROM pg_extension WHERE extname = 'kmeans_gpu';
+
+CREATE TABLE pts (id bigint PRIMARY KEY, v real[], v8 float8[], w float8);
+INSERT INTO pts
+SELECT i,
+       ARRAY[(i % 3) * 10 + (i % 7) * 0.5 + 1, (i % 3) * 5 - (i % 5) * 0.25, (i % 4) + 1]::real[],
+       ARRAY[(i % 3) * 10 + (i % 7) * 0.5 + 1, (i % 3) * 5 - (i % 5) * 0.25, (i % 4) + 1]::float8[],
+       1 + i % 4
+FROM generate_series(1, 300) i;
+
+CREATE TABLE stored (name text PRIMARY KEY, m kmeans_model);
+INSERT INTO stored
+SELECT 'aggregate l2', kmeans(v, 3, '{"seed": 5}') FROM pts;
+INSERT INTO stored
+SELECT 'aggregate cosine float8', kmeans(v8, 4, '{"seed": 6, "metric": "cosine"}') FROM pts;
+INSERT INTO stored VALUES
+  ('fit l2 weighted', kmeans_fit('pts', 'v', 3, seed => 7, weight_column => 'w')),
+  ('fit cosine', kmeans_fit('pts', 'v', 5, seed => 8, metric => 'cosine')),
+  ('fit explicit', kmeans_fit('pts', 'v', 2, init_centroids => '{{0,0,0},{20,10,4}}'));
+SELECT name, (m).k, (m).dim, (m).metric, (m).init, (m).n_rows FROM stored ORDER BY name;
+
+-- What every function says of the stored models under 0.1.
+CREATE TABLE before AS
+SELECT s.name, l.id, l.cluster_id, l.distance, kmeans_assign(s.m, p.v) AS assigned,
+       kmeans_assign(s.m, p.v8) AS assigned8
+FROM stored s, kmeans_labels(s.m, 'pts', 'v', 'id') l JOIN pts p ON p.id = l.id;
+CREATE TABLE centroids_before AS
+SELECT s.name, c.* FROM stored s, kmeans_centroids(s.m) c;
+
+ALTER EXTENSION kmeans_gpu UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'kmeans_gpu';
+SELECT extversion = default_version AS latest FROM pg_available_extensions WHERE name = 'kmeans_gpu';
+
+-- The same answers from the stored values after the update.
+SELECT count(*) AS rows_compared,
+       count(*) FILTER (WHERE b.cluster_id IS DISTINCT FROM l.cluster_id
+                           OR b.distance IS DISTINCT FROM l.distance) AS labels_changed,
+       count(*) FILTER (WHERE b.assigned IS DISTINCT FROM kmeans_assign(s.m, p.v)
+                           OR b.assigned8 IS DISTINCT FROM kmeans_assign(s.m, p.v8)) AS assign_changed,
+       count(*) FILTER (WHERE l.cluster_id IS DISTINCT FROM b.assigned) AS labels_vs_assign
+FROM stored s, kmeans_labels(s.m, 'pts', 'v', 'id') l JOIN pts p ON p.id = l.id
+JOIN before b ON b.name = s.name AND b.id = l.id;
+SELECT count(*) AS centroid_rows,
+       count(*) FILTER (WHERE (b.centroid, b.size, b.inertia) IS DISTINCT FROM (c.centroid, c.size, c.inertia))
+         AS centroids_changed
+FROM stored s, kmeans_centroids(s.m) c JOIN centroids_before b ON b.cluster_id = c.cluster_id
+WHERE b.name = s.name;
+-- A stored model reads the same as before, field for field.
+SELECT name, (m).k, (m).dim, (m).metric, (m).init, (m).n_rows FROM stored ORDER BY name;
+
+-- New models sit beside the old ones in the same column.
+INSERT INTO stored SELECT 'new aggregate', kmeans(v, 3, '{"seed": 5}') FROM pts;
+SELECT (SELECT m FROM stored WHERE name = 'new aggregate') =
+       (SELECT m FROM stored WHERE name = 'aggregate l2') AS same_model_as_0_1;
+
+\c :regress_db
+DROP DATABASE kmeans_upgrade;
