@@ -54,6 +54,8 @@ KmInitName(km_init init)
 			return "random";
 		case KM_INIT_EXPLICIT:
 			return "explicit";
+		case KM_INIT_KMEANS_PARALLEL:
+			return "k-means||";
 		default:
 			return "k-means++";
 	}
@@ -68,11 +70,13 @@ KmOptionsSetInit(KmOptions *opts, const char *init)
 		opts->init = KM_INIT_RANDOM;
 	else if (strcmp(init, "explicit") == 0)
 		opts->init = KM_INIT_EXPLICIT;
+	else if (strcmp(init, "k-means||") == 0)
+		opts->init = KM_INIT_KMEANS_PARALLEL;
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown init method \"%s\"", init),
-				 errhint("Use 'k-means++', 'random', or 'explicit' with init_centroids.")));
+				 errhint("Use 'k-means++', 'k-means||', 'random', or 'explicit' with init_centroids.")));
 	opts->init_given = true;
 }
 
