@@ -183,11 +183,14 @@ km_cpu_worker_layout(const km_cpu_state *st, km_cpu_call call, char *base,
 	wk->counts = km_cpu_carve(base, &off, sizeof(int64_t) * k);
 	wk->csum = km_cpu_carve(base, &off, sizeof(double) * k);
 	if (call != KM_CPU_CALL_ASSIGN)
+	{
 		wk->cacc = km_cpu_carve(base, &off, sizeof(km_xacc) * k);
+		/* the rows farthest from their centroids, for re-seeding */
+		wk->heap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * k);
+	}
 	if (call == KM_CPU_CALL_FIT)
 	{
 		wk->dvec = km_cpu_carve(base, &off, sizeof(double) * d);
-		wk->heap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * k);
 		wk->ppheap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * (L * L + 1));
 		wk->ppn = km_cpu_carve(base, &off, sizeof(int) * (L + 1));
 		wk->pot = km_cpu_carve(base, &off, sizeof(double) * L);
@@ -231,6 +234,8 @@ km_cpu_setup(km_cpu_state *st, km_cpu_arena *arena, km_cpu_call call,
 	st->csum = km_cpu_alloc(arena, sizeof(double) * k);
 	if (call != KM_CPU_CALL_ASSIGN)
 		st->cacc = km_cpu_alloc(arena, sizeof(km_xacc) * k);
+	if (call == KM_CPU_CALL_MAP)
+		st->merge = km_cpu_alloc(arena, sizeof(km_cpu_cand) * team * k);
 	if (call == KM_CPU_CALL_FIT)
 	{
 		if (need_labels)

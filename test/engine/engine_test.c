@@ -1893,6 +1893,87 @@ test_cancellation(void)
 	ds_free(&sh);
 }
 
+/*
+ * map in exact mode keeps, when clusters got no weight, the rows farthest
+ * from their centroids: as many as such clusters, farthest first, ties to
+ * the smaller hash, with their labels.
+ */
+static void
+test_map_far(void)
+{
+	dataset		ds = ds_blobs(3000, 4, 3, 3.0, 0.0, 17, NULL);
+	float		c[5 * 4];
+	int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+	double	   *cost = malloc(sizeof(double) * ds.n);
+	double		sums[5 * 4] = {0},
+				wts[5] = {0},
+				ine[5] = {0};
+	int64_t		cnt[5] = {0};
+	km_partial	part;
+	km_far_row	far[5];
+	km_xacc		xi[5];
+	km_xstats	xs;
+	km_xlevels	xl,
+				wl;
+	double	   *xsums;
+	double		xw[5 * KM_XLEV_MAX] = {0};
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 3);
+	km_error	err;
+	km_status	st;
+	int64_t		best[2] = {-1, -1};
+	int			good;
+
+	memcpy(c, ds.x, sizeof(float) * 12);	/* three centroids on rows */
+	for (int i = 0; i < 4; i++)
+	{
+		c[12 + i] = 1e6f;
+		c[16 + i] = -1e6f;
+	}
+	brute_labels(&ds, c, 5, 0, lab, cost);
+	for (int64_t r = 0; r < ds.n; r++)
+		for (int b = 0; b < 2; b++)
+			if (best[b] < 0 || cost[r] > cost[best[b]] ||
+				(cost[r] == cost[best[b]] &&
+				 km_row_hash(ds.x + r * 4, 4, 1.0f) < km_row_hash(ds.x + best[b] * 4, 4, 1.0f)))
+			{
+				if (b == 0)
+					best[1] = best[0];
+				best[b] = r;
+				break;
+			}
+	km_xstats_init(&xs);
+	for (int64_t r = 0; r < ds.n; r++)
+		km_xstats_row(&xs, ds.x + r * 4, 4, 1.0f, 0, 0, 0.0);
+	km_xlevels_for(&xs, ds.n, 0, 1, &xl, &wl);
+	xsums = calloc((size_t) xl.n * 20, sizeof(double));
+	for (int j = 0; j < 5; j++)
+		km_xacc_init(&xi[j]);
+	memset(&part, 0, sizeof(part));
+	part.sums = sums;
+	part.weights = wts;
+	part.counts = cnt;
+	part.inertia = ine;
+	part.stats = &xs;
+	part.xsums = xsums;
+	part.xweights = xw;
+	part.xinertia = xi;
+	part.far = far;
+	part.labels = malloc(sizeof(int32_t) * ds.n);
+	ds_chunk(&ds, 3);
+	st = km_cpu_engine.map(ds_data(&ds), c, 5, KM_METRIC_L2, &part, &h, &err);
+	good = st == KM_OK && part.nfar == 2 && far[0].row == best[0] && far[1].row == best[1] &&
+		far[0].cost == cost[best[0]] && far[0].label == lab[best[0]] &&
+		far[1].hash == km_row_hash(ds.x + best[1] * 4, 4, 1.0f) &&
+		memcmp(part.labels, lab, sizeof(int32_t) * ds.n) == 0 && t.live_blocks == 0;
+	ok(good, "map keeps the rows farthest from their centroids for the clusters it left empty");
+	free(part.labels);
+	free(xsums);
+	free(lab);
+	free(cost);
+	ds_free(&ds);
+}
+
 /* k-means|| over parts of the rows, as a coordinator would run it. */
 typedef struct parts_ctx
 {
@@ -2146,6 +2227,7 @@ main(void)
 	test_xsum();
 	test_exact_sums();
 	test_cancellation();
+	test_map_far();
 	test_kmeans_parallel();
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
