@@ -225,6 +225,14 @@ typedef struct km_engine
 /* The CPU engine, always present. */
 extern const km_engine km_cpu_engine;
 
+/*
+ * Threads the CPU engine runs for a fit of n rows of d values into k
+ * clusters when given n_threads: fewer when there are fewer tiles of rows,
+ * and 1 below its parallel threshold (small fits are not worth waking
+ * threads for).
+ */
+extern int	km_cpu_threads(int64_t n, int d, int k, int n_threads);
+
 #ifdef __cplusplus
 }
 #endif
