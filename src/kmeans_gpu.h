@@ -153,7 +153,6 @@ extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,
 						 const KmFitOutput *fit, int dim, int64 n_rows,
 						 int64 n_skipped);
 extern void KmModelRead(HeapTupleHeader model, KmModel *out);
-extern int	KmModelNearest(const KmModel *model, const float *vec, double *distance);
 
 /* table_scan.c: one pass over a table's column */
 typedef struct KmScanSpec
