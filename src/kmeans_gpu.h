@@ -72,6 +72,7 @@ extern void KmOptionsCheckData(const KmOptions *opts, int64 n, int dim);
 extern void KmOptionsSetEngine(KmOptions *opts, const char *engine);
 extern KmEngineChoice KmOptionsEngine(const KmOptions *opts);
 extern const char *KmMetricName(km_metric metric);
+extern int	KmMetricByName(const char *name);
 extern const char *KmInitName(km_init init);
 
 /* vector_input.c: checked vectors, and rows gathered into chunks */

@@ -184,10 +184,8 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 	if (nulls[MODEL_METRIC])
 		BadModel("metric is NULL", 0, 0);
 	metric = TextDatumGetCString(values[MODEL_METRIC]);
-	if (strcmp(metric, "l2") == 0)
-		out->metric = KM_METRIC_L2;
-	else if (strcmp(metric, "cosine") == 0)
-		out->metric = KM_METRIC_COSINE;
+	if (KmMetricByName(metric) >= 0)
+		out->metric = (km_metric) KmMetricByName(metric);
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
