@@ -4,6 +4,7 @@
 #   make test                everything a fresh Debian 12 machine needs, then every suite
 #   make demo                Fashion-MNIST clustered in a throwaway server
 #   make bench               CPU engine against scikit-learn (test/bench)
+#   make bench-assign        kmeans_assign row by row against kmeans_labels
 
 # kmeans_gpu_sharded: kmeans_fit_sharded over PL/Proxy (requires plproxy),
 # its own extension so that kmeans_gpu never needs PL/Proxy; same library.
@@ -83,7 +84,7 @@ test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src
 test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) -lpthread -lm
 
-.PHONY: test demo bench install-cuda uninstall-cuda
+.PHONY: test demo bench bench-assign install-cuda uninstall-cuda
 test:
 	@test/scripts/run_tests.sh
 
@@ -92,3 +93,6 @@ demo:
 
 bench: test/bench/kmeans_bench
 	@test/bench/run_cpu_bench.sh
+
+bench-assign:
+	@test/bench/run_assign_bench.sh

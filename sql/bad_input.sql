@@ -131,12 +131,12 @@ SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"n_init": 0}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"n_init": 3000000000}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": 2}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": "manhattan"}') FROM bi_pts$$);
-SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": "L2"}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": "L1"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": ""}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": true}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": "kmeans||"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "tpu"}') FROM bi_pts$$);
-SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "CPU"}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "cuda"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": 1}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, o) FROM bi_pts, (VALUES ('{"seed": 1}'::jsonb), ('{"seed": 2}')) t(o)$$);
 SELECT kmeans(v, 2, '[1, 2]') FROM bi_pts;
@@ -166,7 +166,7 @@ SELECT kmeans(v, 2, '{"init_centroids": [[0, 0]]}') FROM bi_pts;
 SELECT count(*) AS usable FROM bi_pts;
 
 -- The kmeans aggregate: wrong types (rejected by PostgreSQL's function lookup).
-SELECT bi('kmeans', $$SELECT kmeans(ARRAY[1, 2], 1)$$);
+SELECT bi('kmeans', $$SELECT kmeans(ARRAY[true, false], 1)$$);
 SELECT bi('kmeans', $$SELECT kmeans('{1,2}', 1)$$);
 SELECT bi('kmeans', $$SELECT kmeans(t, 1) FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2.5) FROM bi_pts$$);

@@ -2,8 +2,16 @@
 -- on a GPU machine the GPU runs (expected/engine_gpu_1.out).
 CREATE TABLE eg_pts AS
 SELECT i AS id, ARRAY[i % 7, i % 11]::real[] AS v FROM generate_series(1, 500) i;
--- devices this backend sees
-SELECT count(*) >= 0 AS listed FROM kmeans_gpu_devices();
+-- Devices this backend sees: none here (engine_gpu.out), some on a GPU
+-- machine (engine_gpu_1.out), where every row must describe a real device.
+-- Each expected file pairs its answer with what engine 'gpu' does below, so
+-- a machine that lists a GPU but cannot use it (or the reverse) matches
+-- neither file.
+SELECT count(*) > 0 AS has_gpu,
+       bool_and(device >= 0 AND name <> '' AND total_memory > 0
+                AND free_memory BETWEEN 0 AND total_memory
+                AND compute_capability ~ '^[0-9]+\.[0-9]+$' AND multiprocessors > 0) AS described
+FROM kmeans_gpu_devices();
 -- (the reason, in the error's DETAIL, depends on the machine: hidden here)
 \set VERBOSITY terse
 SET kmeans_gpu.engine = gpu;

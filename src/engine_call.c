@@ -329,7 +329,11 @@ ReportFit(const KmMatrix *m, const KmOptions *opts, const km_engine *engine)
 	if (engine == NULL)
 		name = "gpu (rows streamed during the scan)";
 	else if (engine == &km_cpu_engine)
-		name = psprintf("cpu (%d threads)", KmCpuThreads());
+	{
+		int			threads = km_cpu_threads(m->n, m->dim, opts->k, KmCpuThreads());
+
+		name = psprintf("cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
+	}
 	else
 		name = "gpu";
 	ereport(INFO,

@@ -102,14 +102,14 @@ KmEngineSetting(void)
 }
 
 /*
- * The engine called name in kmeans_gpu.engine's list (spelt exactly, unlike
- * the setting, which ignores case), or -1.
+ * The engine called name in kmeans_gpu.engine's list (any case, as the
+ * setting itself), or -1.
  */
 int
 KmEngineByName(const char *name)
 {
 	for (const struct config_enum_entry *e = engine_options; e->name != NULL; e++)
-		if (strcmp(e->name, name) == 0)
+		if (pg_strcasecmp(e->name, name) == 0)
 			return e->val;
 	return -1;
 }

@@ -74,6 +74,7 @@ extern void KmOptionsCheckData(const KmOptions *opts, int64 n, int dim);
 extern void KmOptionsSetEngine(KmOptions *opts, const char *engine);
 extern KmEngineChoice KmOptionsEngine(const KmOptions *opts);
 extern const char *KmMetricName(km_metric metric);
+extern int	KmMetricByName(const char *name);
 extern const char *KmInitName(km_init init);
 
 /* vector_input.c: checked vectors, and rows gathered into chunks */
@@ -163,7 +164,6 @@ extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,
 						 const KmFitOutput *fit, int dim, int64 n_rows,
 						 int64 n_skipped);
 extern void KmModelRead(HeapTupleHeader model, KmModel *out);
-extern int	KmModelNearest(const KmModel *model, const float *vec, double *distance);
 
 /* partial.c: kmeans_partial, kmeans_merge, kmeans_step */
 typedef struct KmPartialData KmPartialData;

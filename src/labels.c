@@ -9,7 +9,9 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "funcapi.h"
+#include "nodes/primnodes.h"
 #include "nodes/execnodes.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -17,13 +19,42 @@
 
 #include "kmeans_gpu.h"
 
-/* The parsed model of the last call, kept across calls of one query. */
+/*
+ * The model of the last kmeans_assign call, parsed and prepared for the
+ * engine's one-row labelling (km_nearest), kept across the calls of one
+ * query in fn_extra.
+ *
+ * A row must cost its distance work, not the model's size, so the next
+ * call's model is recognised without reading it where PostgreSQL allows:
+ *	- a constant argument never changes while the expression lives;
+ *	- a model stored out of line (any model over about 2 kB read from a
+ *	  table, also through (SELECT model FROM ...)) arrives as a TOAST
+ *	  pointer, and the pointer names one immutable stored value, so the same
+ *	  pointer is the same model: 18 bytes compared instead of a fetch of the
+ *	  whole value;
+ *	- any other value (inline, compressed inline, or built by the query)
+ *	  is compared byte for byte as it arrived, compressed or not: small
+ *	  models cost little, and a model built by the query itself is the only
+ *	  one that pays for its size on every row.
+ * Parameters are never trusted by pointer alone: PL/pgSQL reuses one
+ * expression with other variable values, at addresses that can repeat.
+ */
+typedef enum KmModelKey
+{
+	KM_KEY_CONST,				/* the argument is a Const */
+	KM_KEY_TOAST,				/* an on-disk TOAST pointer */
+	KM_KEY_BYTES				/* the value's bytes as it arrived */
+} KmModelKey;
+
 typedef struct KmAssignCache
 {
 	MemoryContext context;
-	Size		len;
-	char	   *bytes;			/* the model as it arrived, to recognise it */
+	KmModelKey	key;
+	varatt_external toast;		/* KM_KEY_TOAST */
+	Size		len;			/* KM_KEY_BYTES */
+	char	   *bytes;
 	KmModel		model;
+	km_nearest *nearest;
 	float	   *vec;			/* dim values */
 } KmAssignCache;
 
@@ -38,17 +69,43 @@ CheckVectorDim(const KmModel *model, int dim)
 							   dim, dim, model->dim)));
 }
 
+/* Whether raw, the model argument of this call, is the cached model. */
+static bool
+SameModel(const KmAssignCache *cache, struct varlena *raw)
+{
+	switch (cache->key)
+	{
+		case KM_KEY_CONST:
+			return true;
+		case KM_KEY_TOAST:
+			if (VARATT_IS_EXTERNAL_ONDISK(raw))
+			{
+				varatt_external toast;
+
+				VARATT_EXTERNAL_GET_POINTER(toast, raw);
+				return memcmp(&toast, &cache->toast, sizeof(toast)) == 0;
+			}
+			return false;
+		case KM_KEY_BYTES:
+			return !VARATT_IS_EXTERNAL(raw) && VARSIZE_ANY(raw) == cache->len &&
+				memcmp(raw, cache->bytes, cache->len) == 0;
+	}
+	return false;
+}
+
 /*
- * The model of this call, parsed once per distinct model value.
+ * The model of this call, parsed and prepared once per distinct model.
  */
 static KmAssignCache *
-CachedModel(FunctionCallInfo fcinfo, HeapTupleHeader th)
+CachedModel(FunctionCallInfo fcinfo)
 {
 	KmAssignCache *cache = (KmAssignCache *) fcinfo->flinfo->fn_extra;
-	Size		len = HeapTupleHeaderGetDatumLength(th);
+	struct varlena *raw = (struct varlena *) DatumGetPointer(PG_GETARG_DATUM(0));
+	Node	   *arg;
 	MemoryContext old;
+	HeapTupleHeader th;
 
-	if (cache != NULL && cache->len == len && memcmp(cache->bytes, th, len) == 0)
+	if (cache != NULL && SameModel(cache, raw))
 		return cache;
 
 	if (cache == NULL)
@@ -58,15 +115,39 @@ CachedModel(FunctionCallInfo fcinfo, HeapTupleHeader th)
 	}
 	else
 		MemoryContextDelete(cache->context);
-	cache->len = 0;
 	cache->context = AllocSetContextCreate(fcinfo->flinfo->fn_mcxt, "kmeans_assign model",
 										   ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cache->context);
+
+	arg = fcinfo->flinfo->fn_expr != NULL && IsA(fcinfo->flinfo->fn_expr, FuncExpr) ?
+		(Node *) linitial(((FuncExpr *) fcinfo->flinfo->fn_expr)->args) : NULL;
+	if (arg != NULL && IsA(arg, Const))
+		cache->key = KM_KEY_CONST;
+	else if (VARATT_IS_EXTERNAL_ONDISK(raw))
+	{
+		cache->key = KM_KEY_TOAST;
+		VARATT_EXTERNAL_GET_POINTER(cache->toast, raw);
+	}
+	else
+		cache->key = KM_KEY_BYTES;
+
+	th = DatumGetHeapTupleHeader(PointerGetDatum(raw));
 	KmModelRead(th, &cache->model);
 	cache->vec = palloc(sizeof(float) * cache->model.dim);
-	cache->bytes = palloc_extended(len, MCXT_ALLOC_HUGE);
-	memcpy(cache->bytes, th, len);
-	cache->len = len;
+	cache->nearest = km_nearest_prepare(palloc_extended(km_nearest_size(cache->model.k,
+																		 cache->model.dim),
+														MCXT_ALLOC_HUGE),
+										cache->model.centroids, cache->model.k,
+										cache->model.dim, cache->model.metric);
+	if (cache->key == KM_KEY_BYTES)
+	{
+		/* the bytes as they arrived: an expanded value, flattened by now, is re-read every call */
+		struct varlena *flat = VARATT_IS_EXTERNAL(raw) ? (struct varlena *) th : raw;
+
+		cache->len = VARSIZE_ANY(flat);
+		cache->bytes = palloc_extended(cache->len, MCXT_ALLOC_HUGE);
+		memcpy(cache->bytes, flat, cache->len);
+	}
 	MemoryContextSwitchTo(old);
 	return cache;
 }
@@ -79,13 +160,20 @@ PG_FUNCTION_INFO_V1(kmeans_assign);
 Datum
 kmeans_assign(PG_FUNCTION_ARGS)
 {
-	KmAssignCache *cache = CachedModel(fcinfo, PG_GETARG_HEAPTUPLEHEADER(0));
+	KmAssignCache *cache = CachedModel(fcinfo);
 	ArrayType  *vec = PG_GETARG_ARRAYTYPE_P(1);
-	double		distance;
+	double		cost;
+	int			label;
 
 	CheckVectorDim(&cache->model, KmVectorDim(vec));
 	KmVectorRead(vec, cache->model.dim, cache->vec);
-	PG_RETURN_INT32(KmModelNearest(&cache->model, cache->vec, &distance));
+	label = km_nearest_row(cache->nearest, cache->vec, &cost);
+	if (label < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("zero vector cannot be assigned with metric cosine"),
+				 errdetail("A vector of zeros has no direction.")));
+	PG_RETURN_INT32(label);
 }
 
 /* A batch of kmeans_labels rows waiting for the engine. */

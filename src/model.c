@@ -184,10 +184,8 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 	if (nulls[MODEL_METRIC])
 		BadModel("metric is NULL", 0, 0);
 	metric = TextDatumGetCString(values[MODEL_METRIC]);
-	if (strcmp(metric, "l2") == 0)
-		out->metric = KM_METRIC_L2;
-	else if (strcmp(metric, "cosine") == 0)
-		out->metric = KM_METRIC_COSINE;
+	if (KmMetricByName(metric) >= 0)
+		out->metric = (km_metric) KmMetricByName(metric);
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -250,37 +248,6 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 		out->cluster_inertia = palloc(sizeof(double) * k);
 		memcpy(out->cluster_inertia, ARR_DATA_PTR(arr), sizeof(double) * k);
 	}
-}
-
-/*
- * Nearest centroid of one vector (dim values), with the engines' exact rule;
- * stores the distance (l2: Euclidean, cosine: 1 - cos).
- */
-int
-KmModelNearest(const KmModel *model, const float *vec, double *distance)
-{
-	int			cosine = model->metric == KM_METRIC_COSINE;
-	float		stackbuf[256];
-	float	   *unit = NULL;
-	double		cost;
-	int			label;
-
-	if (cosine)
-	{
-		unit = model->dim <= lengthof(stackbuf) ? stackbuf : palloc(sizeof(float) * model->dim);
-		if (km_normalize_row(vec, unit, model->dim) == 0.0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("zero vector cannot be assigned with metric cosine"),
-					 errdetail("A vector of zeros has no direction.")));
-		vec = unit;
-	}
-	label = km_exact_nearest(vec, model->centroids, model->cnorms, model->k, model->dim,
-							 cosine, &cost);
-	*distance = km_cost_to_distance(cost, cosine);
-	if (unit != NULL && unit != stackbuf)
-		pfree(unit);
-	return label;
 }
 
 PG_FUNCTION_INFO_V1(kmeans_centroids);

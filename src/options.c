@@ -39,59 +39,100 @@ KmOptionsDefaults(KmOptions *opts)
 	opts->engine = -1;
 }
 
+/*
+ * The names users may give for metrics and init methods: case does not
+ * matter, and common spellings are accepted; the first name of each value
+ * is the canonical one, which models store and messages use.
+ */
+typedef struct KmName
+{
+	const char *name;
+	int			value;
+} KmName;
+
+static const KmName metric_names[] = {
+	{"l2", KM_METRIC_L2},
+	{"euclidean", KM_METRIC_L2},
+	{"cosine", KM_METRIC_COSINE},
+	{NULL, 0}
+};
+
+static const KmName init_names[] = {
+	{"k-means++", KM_INIT_KMEANSPP},
+	{"kmeans++", KM_INIT_KMEANSPP},
+	{"kmeanspp", KM_INIT_KMEANSPP},
+	{"random", KM_INIT_RANDOM},
+	{"explicit", KM_INIT_EXPLICIT},
+	{"k-means||", KM_INIT_KMEANS_PARALLEL},
+	{"kmeans||", KM_INIT_KMEANS_PARALLEL},
+	{NULL, 0}
+};
+
+/* The value of name in table (any case), or -1. */
+static int
+KmLookupName(const KmName *table, const char *name)
+{
+	for (const KmName *e = table; e->name != NULL; e++)
+		if (pg_strcasecmp(e->name, name) == 0)
+			return e->value;
+	return -1;
+}
+
+/* The canonical name of value in table. */
+static const char *
+KmCanonicalName(const KmName *table, int value)
+{
+	for (const KmName *e = table; e->name != NULL; e++)
+		if (e->value == value)
+			return e->name;
+	elog(ERROR, "no name for value %d. Please report a bug.", value);
+	return NULL;
+}
+
 const char *
 KmMetricName(km_metric metric)
 {
-	return metric == KM_METRIC_COSINE ? "cosine" : "l2";
+	return KmCanonicalName(metric_names, metric);
 }
 
 const char *
 KmInitName(km_init init)
 {
-	switch (init)
-	{
-		case KM_INIT_RANDOM:
-			return "random";
-		case KM_INIT_EXPLICIT:
-			return "explicit";
-		case KM_INIT_KMEANS_PARALLEL:
-			return "k-means||";
-		default:
-			return "k-means++";
-	}
+	return KmCanonicalName(init_names, init);
+}
+
+/* The metric called name ('l2', 'euclidean', 'cosine', any case), or -1. */
+int
+KmMetricByName(const char *name)
+{
+	return KmLookupName(metric_names, name);
 }
 
 void
 KmOptionsSetInit(KmOptions *opts, const char *init)
 {
-	if (strcmp(init, "k-means++") == 0)
-		opts->init = KM_INIT_KMEANSPP;
-	else if (strcmp(init, "random") == 0)
-		opts->init = KM_INIT_RANDOM;
-	else if (strcmp(init, "explicit") == 0)
-		opts->init = KM_INIT_EXPLICIT;
-	else if (strcmp(init, "k-means||") == 0)
-		opts->init = KM_INIT_KMEANS_PARALLEL;
-	else
+	int			value = KmLookupName(init_names, init);
+
+	if (value < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown init method \"%s\"", init),
 				 errhint("Use 'k-means++', 'k-means||', 'random', or 'explicit' with init_centroids.")));
+	opts->init = (km_init) value;
 	opts->init_given = true;
 }
 
 void
 KmOptionsSetMetric(KmOptions *opts, const char *metric)
 {
-	if (strcmp(metric, "l2") == 0)
-		opts->metric = KM_METRIC_L2;
-	else if (strcmp(metric, "cosine") == 0)
-		opts->metric = KM_METRIC_COSINE;
-	else
+	int			value = KmMetricByName(metric);
+
+	if (value < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown metric \"%s\"", metric),
-				 errhint("Use 'l2' or 'cosine'.")));
+				 errhint("Use 'l2' (also 'euclidean') or 'cosine'.")));
+	opts->metric = (km_metric) value;
 }
 
 void

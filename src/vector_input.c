@@ -31,6 +31,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "kmeans_gpu.h"
@@ -200,6 +201,49 @@ KmStoreFence(void)
 }
 
 /*
+ * A vector of integers or numerics as real values, each converted as
+ * PostgreSQL's cast to real converts it (rounding to nearest; a numeric out
+ * of range for real is an ERROR, NaN and infinity come out as such).  The
+ * aggregate, the window function and kmeans_assign take smallint[],
+ * integer[], bigint[] and numeric[] this way (kmeans_fit casts in SQL).
+ */
+static void
+OtherVectorRead(ArrayType *vec, int dim, float *out)
+{
+	Oid			elemtype = ARR_ELEMTYPE(vec);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elems;
+	int			n;
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(vec, elemtype, typlen, typbyval, typalign, &elems, NULL, &n);
+	Assert(n == dim);
+	for (int i = 0; i < dim; i++)
+	{
+		switch (elemtype)
+		{
+			case INT2OID:
+				out[i] = (float) DatumGetInt16(elems[i]);
+				break;
+			case INT4OID:
+				out[i] = (float) DatumGetInt32(elems[i]);
+				break;
+			case INT8OID:
+				out[i] = (float) DatumGetInt64(elems[i]);
+				break;
+			case NUMERICOID:
+				out[i] = DatumGetFloat4(DirectFunctionCall1(numeric_float4, elems[i]));
+				break;
+			default:
+				elog(ERROR, "unexpected vector element type %u", elemtype);
+		}
+	}
+	pfree(elems);
+}
+
+/*
  * Copy a vector of dim values into out as float32, rejecting NULL elements,
  * NaN, infinities and float8 values beyond the range of real.  With stream,
  * real[] values are written with non-temporal stores (see StreamFloat4).
@@ -242,7 +286,14 @@ VectorRead(ArrayType *vec, int dim, float *out, bool stream)
 		}
 	}
 	else
-		elog(ERROR, "unexpected vector element type %u", ARR_ELEMTYPE(vec));
+	{
+		OtherVectorRead(vec, dim, out);
+		for (int i = 0; i < dim; i++)
+			if (unlikely(!isfinite(out[i])))
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_EXCEPTION),
+						 errmsg("vector must not contain NaN or infinite values")));
+	}
 }
 
 /*
@@ -261,13 +312,24 @@ VectorIsZero(ArrayType *vec, int dim)
 			if (in[i] != 0.0f)
 				return false;
 	}
-	else
+	else if (ARR_ELEMTYPE(vec) == FLOAT8OID)
 	{
 		const double *in = (const double *) ARR_DATA_PTR(vec);
 
 		for (int i = 0; i < dim; i++)
 			if (in[i] != 0.0)
 				return false;
+	}
+	else
+	{
+		float	   *conv = palloc(sizeof(float) * dim);
+		bool		zero = true;
+
+		OtherVectorRead(vec, dim, conv);
+		for (int i = 0; i < dim && zero; i++)
+			zero = conv[i] == 0.0f;
+		pfree(conv);
+		return zero;
 	}
 	return true;
 }

@@ -249,6 +249,7 @@ extern size_t km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads);
 
 /* cpu_filter.c */
 extern int	km_cpu_have_avx2(void);
+extern void km_nearest_portable(km_nearest *nn);
 extern void km_cpu_filter_pack(const float *c, const float *cn, int k, int d,
 							   float *panels, float *cnp);
 extern void km_cpu_filter_top2(const km_cpu_state *st, km_cpu_worker *wk,

@@ -143,6 +143,20 @@ km_cpu_plan(km_cpu_state *st, int64_t n, int d, int k, int n_threads)
 }
 
 /*
+ * The team a fit of this shape runs with (kmeans_engine.h), as km_cpu_plan
+ * decides it, so that what the caller reports is what runs.
+ */
+int
+km_cpu_threads(int64_t n, int d, int k, int n_threads)
+{
+	km_cpu_state st;
+
+	memset(&st, 0, sizeof(st));
+	km_cpu_plan(&st, n, d, k, n_threads);
+	return st.nthreads;
+}
+
+/*
  * Hand out size bytes at *off of a worker's block (base NULL: sizing only).
  */
 static void *

@@ -21,7 +21,8 @@
  *	  then moves every centroid to the weighted mean of its rows: the exact
  *	  sums of the rows and of their weights, each rounded once to double
  *	  (km_xsum.h), divided in double.  Exact sums make the centroids the same
- *	  for any order or split of the rows, across threads and across servers.  Stop when no row moved (centroids are then already the means),
+ *	  for any order or split of the rows, across threads and across servers.
+ *	  Stop when no row moved (centroids are then already the means),
  *	  when moved/n <= tol, or after max_iter iterations; unless no row moved,
  *	  a final assignment pass makes labels, sizes and inertia match the
  *	  centroids returned.
@@ -273,6 +274,31 @@ typedef struct km_engine
 
 /* The CPU engine, always present. */
 extern const km_engine km_cpu_engine;
+
+/*
+ * Threads the CPU engine runs for a fit of n rows of d values into k
+ * clusters when given n_threads: fewer when there are fewer tiles of rows,
+ * and 1 below its parallel threshold (small fits are not worth waking
+ * threads for).
+ */
+extern int	km_cpu_threads(int64_t n, int d, int k, int n_threads);
+
+/*
+ * One row at a time (kmeans_assign): centroids prepared once, then each row
+ * labelled with the exact rule above, at the cost of its k * d
+ * multiply-adds (src/engine/cpu_nearest.c).  km_nearest_prepare lays the
+ * prepared model out in mem (km_nearest_size bytes) and keeps a pointer to
+ * centroids.  km_nearest_row returns the nearest centroid and stores its
+ * cost (l2: squared distance, cosine: 1 - cos), or returns -1 when metric
+ * cosine meets a zero vector; it uses scratch space inside the prepared
+ * model, so one prepared model serves one thread.
+ */
+typedef struct km_nearest km_nearest;
+
+extern size_t km_nearest_size(int k, int d);
+extern km_nearest *km_nearest_prepare(void *mem, const float *centroids, int k, int d,
+									  km_metric metric);
+extern int	km_nearest_row(km_nearest *nn, const float *x, double *cost);
 
 #ifdef __cplusplus
 }

@@ -102,6 +102,24 @@ def check_verbose(conn):
               "kmeans_gpu.verbose announces the fit", text)
 
 
+def check_threads(cur, conn, rng):
+    """The verbose line names the threads the CPU engine really runs: four for
+    the shape of test/tap/40_seed.sql's thread check (which compares one
+    thread with four, and would compare nothing below the engine's parallel
+    threshold), one for a small fit."""
+    for n, d, k, want in ((20000, 16, 32, "4 threads"), (3000, 3, 12, "1 thread")):
+        load(cur, "thr", rng.uniform(0, 10, size=(n, d)).astype(np.float32))
+        del conn.notices[:]
+        cur.execute("SET kmeans_gpu.\"verbose\" = on")
+        cur.execute("SET kmeans_gpu.cpu_threads = 4")
+        cur.execute("SELECT (kmeans_fit('thr', 'v', %s, max_iter => 1, seed => 1, engine => 'cpu')).k", (k,))
+        cur.execute("RESET kmeans_gpu.cpu_threads")
+        cur.execute("RESET kmeans_gpu.\"verbose\"")
+        text = "".join(conn.notices)
+        tap.check(re.search(rf"into {k} clusters, .*engine cpu \({want}\)", text) is not None,
+                  f"kmeans_gpu.cpu_threads = 4, (n={n}, d={d}, k={k}): the CPU engine runs {want}", text)
+
+
 def main():
     admin = create_database("kmeans_compare")
     conn = connect("kmeans_compare")
@@ -116,9 +134,14 @@ def main():
     compare(cur, "weighted", blobs(rng, 3000, 4, 7, 2.5), 7, 50, rng,
             w=rng.integers(1, 5, size=3000).astype(np.float64))
     compare(cur, "many clusters", blobs(rng, 5000, 32, 40, 4.0), 200, 20, rng)
+    # The data set is a dependency (ensure_deps.sh installs it): missing, it fails.
     if os.path.exists(FASHION):
         compare(cur, "Fashion-MNIST", fashion(6000), 10, 40, rng)
+    else:
+        tap.check(False, "Fashion-MNIST (n=6000, d=784, k=10): the data set is there",
+                  f"{FASHION} is missing: install the Debian package dataset-fashion-mnist")
     check_verbose(conn)
+    check_threads(cur, conn, rng)
 
     conn.close()
     admin.cursor().execute("DROP DATABASE kmeans_compare")

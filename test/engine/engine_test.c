@@ -614,6 +614,125 @@ test_huge_values(void)
 }
 
 /*
+ * One row at a time (km_nearest, what kmeans_assign runs): the same labels
+ * and costs as brute force, on the traps of test_exact_labels plus values
+ * that overflow the filter, with the AVX2 and the portable code, and the
+ * same labels as the engine's batch assign.
+ */
+static void
+test_nearest_row(void)
+{
+	static const int dims[] = {1, 2, 3, 4, 5, 8, 17, 64, 130};
+	static const int ks[] = {1, 2, 3, 7, 16, 17, 40, 100, 300};
+	uint64_t	s = 777;
+	int			problems = 0;
+	int			bad = 0;
+	int64_t		rows = 0;
+	char		first_bad[256] = "";
+
+	for (int trial = 0; trial < 90; trial++)
+	{
+		int			d = dims[trial % 9];
+		int			k = ks[(trial / 9) % 9];
+		int			kind = trial % 5;	/* 0 normal, 1 offset, 2 integers, 3 duplicates, 4 huge */
+		int			cosine = (trial / 5) % 2;
+		int64_t		n = 50 + (int64_t) (rnd_next(&s) % 400);
+		dataset		ds = ds_alloc(n, d, 0);
+		float	   *c = malloc(sizeof(float) * k * d);
+		int32_t    *ref = malloc(sizeof(int32_t) * n);
+		int32_t    *lab = malloc(sizeof(int32_t) * n);
+		double	   *cost = malloc(sizeof(double) * n);
+		void	   *mem = malloc(km_nearest_size(k, d));
+		km_nearest *nn;
+		km_hooks	h;
+		test_ctx	t;
+		km_error	err;
+		int			mism = 0;
+
+		for (int i = 0; i < k * d; i++)
+			c[i] = kind == 2 ? (float) (rnd_next(&s) % 4) : (float) rnd_norm(&s);
+		for (int64_t i = 0; i < n * d; i++)
+			ds.x[i] = kind == 2 ? (float) (rnd_next(&s) % 4) : (float) (1.5 * rnd_norm(&s));
+		if (kind == 1 || kind == 4)
+		{
+			float		scale = kind == 1 ? 1e5f : 1e20f;
+
+			for (int64_t i = 0; i < n * d; i++)
+				ds.x[i] = kind == 1 ? ds.x[i] + scale : ds.x[i] * scale;
+			for (int i = 0; i < k * d; i++)
+				c[i] = kind == 1 ? c[i] + scale : c[i] * scale;
+		}
+		if (kind == 3)
+		{
+			for (int64_t r = 1; r < n; r += 3)
+				memcpy(ds.x + r * d, ds.x + (r - 1) * d, sizeof(float) * d);
+			for (int64_t r = 2; r < n; r += 7)
+				memcpy(ds.x + r * d, c + (r % k) * d, sizeof(float) * d);
+			if (k > 2)
+				memcpy(c + d, c, sizeof(float) * d);	/* two equal centroids */
+		}
+		if (cosine)
+		{
+			for (int64_t r = 0; r < n; r++)
+				if (km_exact_norm(ds.x + r * d, d) == 0.0)
+					ds.x[r * d] = 1.0f;
+			for (int j = 0; j < k; j++)
+				if (km_exact_norm(c + j * d, d) == 0.0)
+					c[j * d] = 1.0f;
+		}
+		brute_labels(&ds, c, k, cosine, ref, cost);
+		for (int portable = 0; portable < 2; portable++)
+		{
+			nn = km_nearest_prepare(mem, c, k, d, cosine ? KM_METRIC_COSINE : KM_METRIC_L2);
+			if (portable)
+				km_nearest_portable(nn);
+			for (int64_t r = 0; r < n; r++)
+			{
+				double		got;
+				int			l = km_nearest_row(nn, ds.x + r * d, &got);
+
+				if (l != ref[r] || got != cost[r])
+					mism++;
+			}
+			rows += n;
+		}
+		h = hooks_for(&t, 1);
+		if (km_cpu_engine.assign(ds_data(&ds), c, k, cosine ? KM_METRIC_COSINE : KM_METRIC_L2,
+								 lab, NULL, &h, &err) != KM_OK ||
+			memcmp(lab, ref, sizeof(int32_t) * n) != 0)
+			mism++;
+		problems++;
+		if (mism > 0)
+		{
+			bad++;
+			if (first_bad[0] == '\0')
+				snprintf(first_bad, sizeof(first_bad),
+						 "trial %d: n %lld d %d k %d kind %d cosine %d: %d rows differ",
+						 trial, (long long) n, d, k, kind, cosine, mism);
+		}
+		ds_free(&ds);
+		free(c);
+		free(ref);
+		free(lab);
+		free(cost);
+		free(mem);
+	}
+	if (!ok(bad == 0, "one row at a time (km_nearest): labels and costs equal brute force on %d problems, %lld rows (offsets, duplicates, ties, overflow, both metrics, AVX2 and portable)",
+			problems, (long long) rows))
+		diag("%s", first_bad);
+	{
+		float		z[3] = {0, 0, 0};
+		float		c1[3] = {1, 0, 0};
+		void	   *mem = malloc(km_nearest_size(1, 3));
+		double		got;
+
+		ok(km_nearest_row(km_nearest_prepare(mem, c1, 1, 3, KM_METRIC_COSINE), z, &got) == -1,
+		   "one row at a time, cosine: a zero vector is refused (-1)");
+		free(mem);
+	}
+}
+
+/*
  * The portable kernel (what runs without AVX2) against the AVX2 one: both
  * lead to the same exact labels.  White-box: drives the passes directly.
  */
@@ -2209,6 +2328,7 @@ main(void)
 	test_exact_labels();
 	test_huge_values();
 	test_portable_kernel();
+	test_nearest_row();
 	test_fit_exact();
 	test_blobs();
 	test_deterministic();

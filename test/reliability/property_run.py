@@ -193,9 +193,9 @@ class Case:
             elif bad == "n_init":
                 self.n_init = int(rng.choice([0, -5]))
             elif bad == "metric":
-                self.metric = str(rng.choice(["l3", "L2", "", "cosine "]))
+                self.metric = str(rng.choice(["l3", "manhattan", "", "cosine "]))
             elif bad == "init":
-                self.init = str(rng.choice(["kmeans||", "K-means++", ""]))
+                self.init = str(rng.choice(["kmeans--", "farthest", ""]))
             elif self.init_centroids is not None:
                 extra = np.ones((self.k, 1), np.float32)
                 self.init_centroids = np.hstack([self.init_centroids, extra])
@@ -203,6 +203,16 @@ class Case:
                 bad = None
             if bad is not None:
                 self.faults.add("bad option")
+        # names are accepted in any case and in their common spellings: ask
+        # with one now and then (the model must still report the canonical name)
+        spellings = {"l2": ["L2", "Euclidean", "euclidean"], "cosine": ["Cosine", "COSINE"],
+                     "k-means++": ["kmeans++", "K-Means++", "KMEANSPP"], "random": ["Random"],
+                     "explicit": ["EXPLICIT"]}
+        self.spelt = {}
+        for key in ("metric", "init"):
+            name = getattr(self, key)
+            if name in spellings and rng.random() < 0.15:
+                self.spelt[key] = str(rng.choice(spellings[name]))
         self.repeat = rng.random() < 0.08
         self.compare_fit = rng.random() < 0.1 and self.w is None and not self.float8
         self.compare_labels = rng.random() < 0.2
@@ -236,7 +246,8 @@ class Case:
         return ~self.null_v & ~self.null_w
 
     def options(self):
-        o = {"metric": self.metric, "init": self.init, "n_init": self.n_init,
+        o = {"metric": self.spelt.get("metric", self.metric), "init": self.spelt.get("init", self.init),
+             "n_init": self.n_init,
              "max_iter": self.max_iter, "tol": self.tol, "seed": self.seed}
         if self.init_centroids is not None:
             o["init_centroids"] = [[float(x) for x in row] for row in self.init_centroids]
@@ -313,10 +324,12 @@ def model_sql(case, kind=None):
         sql = ("SELECT kmeans_fit('prop', 'v', %s, max_iter => %s, tol => %s, init => %s, "
                "init_centroids => %s::real[], metric => %s, seed => %s, n_init => %s, "
                "weight_column => %s)")
-        init = "k-means++" if case.init == "explicit" and case.init_centroids is not None else case.init
+        init = ("k-means++" if case.init == "explicit" and case.init_centroids is not None
+                else case.spelt.get("init", case.init))
         params = (case.k, case.max_iter, case.tol, init,
                   None if case.init_centroids is None else centroid_literal(case.init_centroids),
-                  case.metric, case.seed, case.n_init, None if case.w is None else "w")
+                  case.spelt.get("metric", case.metric), case.seed, case.n_init,
+                  None if case.w is None else "w")
         return sql, params
     return (f"SELECT kmeans({vec_expr(case)}, %s, %s::jsonb) FROM prop",
             (case.k, json_options(case.options())))

@@ -1,17 +1,39 @@
 -- A parallel aggregate gives the serial result, also when partial states
 -- travel through temporary files, and leaves no file behind.
-CREATE FUNCTION pg_temp.plan_of(query text) RETURNS text LANGUAGE plpgsql AS $$
+--
+-- Each parallel model is made by EXPLAIN ANALYZE CREATE TABLE ... AS, which
+-- runs the statement and reports how it ran: the check that the model equals
+-- the serial one is made on a run in which workers were really launched and
+-- each worker's Partial Aggregate really produced a state.  A state leaves a
+-- worker only through kmeans_serialize and reaches the leader only through
+-- kmeans_deserialize (the aggregate's state is internal), so those runs went
+-- through both.
+
+-- Runs query as EXPLAIN (ANALYZE, VERBOSE) CREATE TABLE target AS query;
+-- returns the plan's text.
+CREATE FUNCTION pg_temp.run_parallel(target text, query text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
   line text;
   plan text := '';
 BEGIN
-  FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+  EXECUTE format('DROP TABLE IF EXISTS %I', target);
+  FOR line IN EXECUTE format('EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF) '
+                             'CREATE TABLE %I AS %s', target, query) LOOP
     plan := plan || line || E'\n';
   END LOOP;
   RETURN plan;
 END $$;
 
-SELECT plan(8);
+-- Workers launched, and a state from each: every "Worker N:" line under the
+-- Partial Aggregate says rows >= 1 (one state per group it saw).
+CREATE FUNCTION pg_temp.workers_made_states(plan text, workers int) RETURNS boolean LANGUAGE sql AS $$
+  SELECT plan ~ ('Workers Launched: ' || workers)
+     AND (SELECT count(*) FROM regexp_matches(
+            substring(plan FROM 'Partial (?:Hash|Group)?Aggregate.*$'),
+            'Worker [0-9]+: +actual rows=[1-9][0-9]* loops=1', 'g')) >= workers
+$$;
+
+SELECT plan(10);
 SELECT setseed(0.6);
 
 CREATE TABLE par_pts AS
@@ -20,6 +42,7 @@ SELECT i AS id, i % 4 AS g,
 FROM generate_series(1, 40000) i;
 ANALYZE par_pts;
 
+SET max_parallel_workers_per_gather = 0;
 CREATE TEMP TABLE serial AS SELECT kmeans(v, 7, '{"seed": 21}') AS m FROM par_pts;
 CREATE TEMP TABLE serial_g AS SELECT g, kmeans(v, 3, '{"seed": 21}') AS m FROM par_pts GROUP BY g;
 
@@ -28,20 +51,35 @@ SET parallel_tuple_cost = 0;
 SET min_parallel_table_scan_size = 0;
 SET max_parallel_workers_per_gather = 2;
 
-SELECT ok(plan ~ 'Partial Aggregate' AND plan ~ 'Workers Planned: 2', 'the plan is parallel')
-FROM pg_temp.plan_of('SELECT kmeans(v, 7, ''{"seed": 21}'') FROM par_pts') plan;
-SELECT ok((SELECT m FROM serial) = (SELECT kmeans(v, 7, '{"seed": 21}') FROM par_pts),
+CREATE TEMP TABLE plans (name text, plan text);
+INSERT INTO plans
+SELECT 'plain', pg_temp.run_parallel('par_model', $$SELECT kmeans(v, 7, '{"seed": 21}') AS m FROM par_pts$$);
+SELECT ok(pg_temp.workers_made_states(plan, 2), 'two workers launched, each made a partial state')
+FROM plans WHERE name = 'plain';
+SELECT ok((SELECT m FROM serial) = (SELECT m FROM par_model),
           'parallel aggregate equals the serial one');
-SELECT is((SELECT count(*) FROM serial_g s
-           JOIN (SELECT g, kmeans(v, 3, '{"seed": 21}') AS m FROM par_pts GROUP BY g) p USING (g)
-           WHERE s.m = p.m), 4::bigint, 'also with GROUP BY');
+
+INSERT INTO plans
+SELECT 'grouped', pg_temp.run_parallel('par_model_g',
+  $$SELECT g, kmeans(v, 3, '{"seed": 21}') AS m FROM par_pts GROUP BY g$$);
+SELECT ok(pg_temp.workers_made_states(plan, 2), 'GROUP BY: two workers launched, each made partial states')
+FROM plans WHERE name = 'grouped';
+SELECT is((SELECT count(*) FROM serial_g s JOIN par_model_g p USING (g) WHERE s.m = p.m), 4::bigint,
+          'also with GROUP BY');
 
 -- partial states through files
 SET kmeans_gpu.spill_threshold = 0;
-SELECT ok((SELECT m FROM serial) = (SELECT kmeans(v, 7, '{"seed": 21}') FROM par_pts),
-          'states passed through files give the same model');
+INSERT INTO plans
+SELECT 'spilled', pg_temp.run_parallel('par_model_s', $$SELECT kmeans(v, 7, '{"seed": 21}') AS m FROM par_pts$$);
+SELECT ok(pg_temp.workers_made_states(plan, 2) AND (SELECT m FROM serial) = (SELECT m FROM par_model_s),
+          'states passed through files give the same model')
+FROM plans WHERE name = 'spilled';
 SET parallel_leader_participation = off;
-SELECT ok((SELECT m FROM serial) = (SELECT kmeans(v, 7, '{"seed": 21}') FROM par_pts),
+INSERT INTO plans
+SELECT 'workers only', pg_temp.run_parallel('par_model_w', $$SELECT kmeans(v, 7, '{"seed": 21}') AS m FROM par_pts$$);
+SELECT ok(pg_temp.workers_made_states(plan, 2), 'workers only: two launched, each made a state')
+FROM plans WHERE name = 'workers only';
+SELECT ok((SELECT m FROM serial) = (SELECT m FROM par_model_w),
           'also with workers only');
 SELECT is((SELECT count(*) FROM pg_ls_dir('base/pgsql_tmp', true, false) d WHERE d LIKE 'pgsql_tmp_kmeans%'), 0::bigint,
           'no spill file is left after the statement');
@@ -51,8 +89,10 @@ SELECT throws_ok($$SELECT kmeans(v, 50000) FROM par_pts$$, '22023', NULL,
                  'an error after the partial states were written');
 SELECT is((SELECT count(*) FROM pg_ls_dir('base/pgsql_tmp', true, false) d WHERE d LIKE 'pgsql_tmp_kmeans%'), 0::bigint,
           'no spill file is left after a failed statement');
+-- the plans of the runs whose worker check failed, for whoever reads the failure
+SELECT diag(name || E':\n' || plan) FROM plans WHERE NOT pg_temp.workers_made_states(plan, 2);
 
 RESET parallel_leader_participation;
 RESET kmeans_gpu.spill_threshold;
-DROP TABLE par_pts;
+DROP TABLE par_pts, par_model, par_model_g, par_model_s, par_model_w;
 SELECT * FROM finish();
