@@ -375,7 +375,10 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
-	KmCheckMemory(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels), "kmeans");
+	KmCheckMemory(add_size(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels),
+						   opts->init == KM_INIT_KMEANS_PARALLEL ?
+						   km_cpu_kmpar_workspace(m->n, m->dim, opts->k, KmCpuThreads()) : 0),
+				  "kmeans");
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);

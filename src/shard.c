@@ -716,7 +716,9 @@ kmeans_shard_weigh(PG_FUNCTION_ARGS)
 		bool		reloaded;
 		KmShardFit *fit = ShardRowsFromArgs(fcinfo, part, &reloaded);
 		km_data		data = KmMatrixData(&fit->rows);
-		km_xacc    *acc;
+		double	   *lev;
+		km_xlevels	lv;
+		km_xacc		acc;
 		Datum	   *terms;
 		Datum	   *counts;
 		int			nterms = 0;
@@ -730,16 +732,20 @@ kmeans_shard_weigh(PG_FUNCTION_ARGS)
 					 errmsg("candidates must not be NULL")));
 		ShardFold(fit, PG_GETARG_INT32(8), (uint64) PG_GETARG_INT64(7), PG_GETARG_ARRAYTYPE_P(9));
 		ncand = fit->kmpar_folded;
-		acc = palloc_extended(sizeof(km_xacc) * Max(ncand, 1), MCXT_ALLOC_HUGE);
-		for (int c = 0; c < ncand; c++)
-			km_xacc_init(&acc[c]);
-		km_cpu_kmpar_weights(&data, fit->clabel, ncand, acc);
+		lev = palloc_extended(sizeof(double) * KM_XLEV_MAX * Max(ncand, 1),
+							  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		km_cpu_kmpar_weights(&data, fit->clabel, ncand, lev, &lv);
+		km_xacc_init(&acc);
 		terms = palloc(sizeof(Datum) * Max(ncand, 1) * 4);
 		counts = palloc(sizeof(Datum) * Max(ncand, 1));
 		for (int c = 0; c < ncand; c++)
 		{
 			double		out[KM_XACC_MAXTERMS];
-			int			n = km_xacc_emit(&acc[c], out, KM_XACC_MAXTERMS);
+			int			n;
+
+			for (int l = 0; l < lv.n; l++)
+				km_xacc_add(&acc, lev[(Size) l * ncand + c]);
+			n = km_xacc_emit(&acc, out, KM_XACC_MAXTERMS);
 
 			if (nterms + n > Max(ncand, 1) * 4)
 				terms = repalloc(terms, sizeof(Datum) * (nterms + n) * 2);

@@ -167,19 +167,42 @@ km_cpu_kmpar_keys(const km_data *data, const uint64_t *hashes, const double *cos
 	return status;
 }
 
-/* weights (km_kmpar.h): each row's weight into its candidate's sum. */
+/*
+ * weights (km_kmpar.h): each row's weight into its candidate's sum, in
+ * levels chosen from the weights' bounds, so that the sums are exact.
+ */
 void
-km_cpu_kmpar_weights(const km_data *data, const int32_t *label, int ncand, km_xacc *acc)
+km_cpu_kmpar_weights(const km_data *data, const int32_t *label, int ncand, double *lev,
+					 km_xlevels *lv)
 {
+	km_xstats	xs;
 	int64_t		g = 0;
+	int			weighted = 0;
+	int			unweighted = 0;
 
+	km_xstats_init(&xs);
+	for (int c = 0; c < data->nchunks; c++)
+	{
+		if (data->chunks[c].n == 0)
+			continue;
+		if (data->chunks[c].w == NULL)
+		{
+			unweighted = 1;
+			continue;
+		}
+		weighted = 1;
+		for (int64_t i = 0; i < data->chunks[c].n; i++)
+			km_xstats_add(&xs, 127, 127, data->chunks[c].w[i], 1, 0, 0.0);	/* as w * 1.0 */
+	}
+	/* the second levels computed are the weights' */
+	km_xlevels_for(&xs, data->n, weighted, unweighted, lv, lv);
 	for (int c = 0; c < data->nchunks; c++)
 		for (int64_t i = 0; i < data->chunks[c].n; i++, g++)
 		{
 			float		w = data->chunks[c].w != NULL ? data->chunks[c].w[i] : 1.0f;
 
 			if (label[g] >= 0 && label[g] < ncand)
-				km_xacc_add(&acc[label[g]], (double) w);
+				km_cpu_add_term(lv, lev + label[g], (size_t) ncand, (double) w);
 		}
 }
 
@@ -192,7 +215,7 @@ typedef struct km_cpu_kmpar_ctx
 	double	   *cost;			/* per row */
 	int32_t    *label;			/* per row */
 	km_kmpar_draw *draws;
-	km_xacc    *acc;
+	double	   *lev;
 } km_cpu_kmpar_ctx;
 
 static km_status
@@ -233,20 +256,20 @@ km_cpu_kmpar_op_weights(void *arg, int ncand, double *out, km_error *error)
 {
 	km_cpu_kmpar_ctx *ctx = (km_cpu_kmpar_ctx *) arg;
 	const km_hooks *hooks = ctx->st->hooks;
+	size_t		bytes = sizeof(double) * KM_XLEV_MAX * (size_t) ncand;
+	km_xlevels	lv;
 
-	ctx->acc = hooks->alloc != NULL ? hooks->alloc(hooks->ctx, sizeof(km_xacc) * ncand) :
-		malloc(sizeof(km_xacc) * ncand);
-	if (ctx->acc == NULL)
+	ctx->lev = hooks->alloc != NULL ? hooks->alloc(hooks->ctx, bytes) : malloc(bytes);
+	if (ctx->lev == NULL)
 	{
 		error->status = KM_ERR_NOMEM;
 		strcpy(error->message, "out of memory");
 		return KM_ERR_NOMEM;
 	}
+	memset(ctx->lev, 0, bytes);
+	km_cpu_kmpar_weights(ctx->st->data, ctx->label, ncand, ctx->lev, &lv);
 	for (int c = 0; c < ncand; c++)
-		km_xacc_init(&ctx->acc[c]);
-	km_cpu_kmpar_weights(ctx->st->data, ctx->label, ncand, ctx->acc);
-	for (int c = 0; c < ncand; c++)
-		out[c] = km_xacc_round(&ctx->acc[c]);
+		out[c] = km_xlevels_round(ctx->lev + c, lv.n, (size_t) ncand);
 	return KM_OK;
 }
 
@@ -308,7 +331,7 @@ km_cpu_kmeans_parallel(km_cpu_state *st, const km_params *params, int run, km_er
 	ops.weights = km_cpu_kmpar_op_weights;
 	status = km_kmpar_run(&ops, st->d, st->k, params->metric, params->seed, run, hooks,
 						  st->cent, error);
-	km_cpu_kmpar_free(hooks, ctx.acc);
+	km_cpu_kmpar_free(hooks, ctx.lev);
 	km_cpu_kmpar_free(hooks, ctx.draws);
 	km_cpu_kmpar_free(hooks, ctx.cost);
 	if (status == KM_ERR_CANCELLED)

@@ -332,7 +332,7 @@ km_cpu_setup_sums(km_cpu_state *st, km_cpu_arena *arena)
  * the candidates' weights).
  */
 static size_t
-km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads, int cosine)
+km_cpu_kmpar_bytes(int64_t n, int d, int k, int n_threads, int cosine)
 {
 	size_t		cap = (size_t) km_kmpar_max_candidates(k);
 	size_t		L = (size_t) (2 + (int) log((double) k));
@@ -341,7 +341,7 @@ km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads, int cosine)
 							 sizeof(uint64_t) + sizeof(float));
 	size_t		fold,
 				keys,
-				weights = cap * sizeof(km_xacc);
+				weights = cap * sizeof(double) * KM_XLEV_MAX;
 	km_cpu_state st;
 	km_cpu_arena arena;
 
@@ -364,9 +364,20 @@ km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads, int cosine)
 	return outer + run + 16 * KM_CPU_ALIGN + fold;
 }
 
+/* km_kmpar.h: k-means||'s bytes for the larger of the two metrics. */
+size_t
+km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads)
+{
+	size_t		a = km_cpu_kmpar_bytes(n, d, k, n_threads, 0);
+	size_t		b = km_cpu_kmpar_bytes(n, d, k, n_threads, 1);
+
+	return n < 1 || d < 1 || k < 1 ? 0 : (a > b ? a : b);
+}
+
 /*
  * Upper bound of the bytes a fit asks of hooks->alloc: the allocations of
- * the larger of the two metrics, with every optional array counted.
+ * the larger of the two metrics, with every optional array counted but
+ * k-means||'s (km_cpu_kmpar_workspace).
  */
 size_t
 km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads)
@@ -392,7 +403,6 @@ km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads)
 		st.xlev.n = 2;
 		st.wlev.n = 2;
 		km_cpu_setup_sums(&st, &arena);
-		arena.bytes += km_cpu_kmpar_workspace(n, d, k, n_threads, cosine);
 		if (arena.bytes > most)
 			most = arena.bytes;
 	}

@@ -106,7 +106,12 @@ extern km_status km_kmpar_run(const km_kmpar_ops *ops, int d, int k, km_metric m
  * km_row_hash values, cost (NULL for use_cost = 0) their costs.
  * fold: candidates (count of them, numbered from first) folded into cost
  * and label (cost +inf and label -1 before the first fold).
- * weights: add each row's weight to acc[label] (ncand accumulators).
+ * weights: each candidate's exact weight, the sum of the weights of the
+ * rows labelled with it, cut in the levels *lv of the weights' bounds
+ * (km_xsum.h): lev holds KM_XLEV_MAX x ncand doubles, zeroed by the
+ * caller; candidate c's weight is the exact sum of lev[l * ncand + c].
+ * workspace: the bytes k-means|| asks of hooks->alloc on top of a fit's
+ * own (km_engine.fit_workspace).
  */
 extern km_status km_cpu_kmpar_keys(const km_data *data, const uint64_t *hashes,
 								   const double *cost, uint64_t stream, int m,
@@ -117,6 +122,7 @@ extern km_status km_cpu_kmpar_fold(const km_data *data, km_metric metric,
 								   double *cost, int32_t *label,
 								   const km_hooks *hooks, km_error *error);
 extern void km_cpu_kmpar_weights(const km_data *data, const int32_t *label, int ncand,
-								 km_xacc *acc);
+								 double *lev, km_xlevels *lv);
+extern size_t km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads);
 
 #endif							/* KM_KMPAR_H */

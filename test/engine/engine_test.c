@@ -1396,7 +1396,8 @@ test_workspace(void)
 					km_params	p = params_for(k, (km_init) init, m ? KM_METRIC_COSINE : KM_METRIC_L2, 1);
 					test_ctx	t;
 					km_hooks	h = hooks_for(&t, threads);
-					size_t		est = km_cpu_engine.fit_workspace(n, d, k, threads);
+					size_t		est = km_cpu_engine.fit_workspace(n, d, k, threads) +
+						(init == KM_INIT_KMEANS_PARALLEL ? km_cpu_kmpar_workspace(n, d, k, threads) : 0);
 					fitres		f;
 
 					p.init_centroids = init == KM_INIT_EXPLICIT ? ds.x : NULL;
@@ -2176,14 +2177,24 @@ parts_weights(void *arg, int ncand, double *out, km_error *error)
 {
 	parts_ctx  *pc = (parts_ctx *) arg;
 	km_xacc    *acc = malloc(sizeof(km_xacc) * ncand);
+	double	   *lev = malloc(sizeof(double) * KM_XLEV_MAX * ncand);
 
 	for (int c = 0; c < ncand; c++)
 		km_xacc_init(&acc[c]);
 	for (int q = 0; q < pc->nparts; q++)
-		km_cpu_kmpar_weights(ds_data(&pc->parts[q]), pc->label[q], ncand, acc);
+	{
+		km_xlevels	lv;
+
+		memset(lev, 0, sizeof(double) * KM_XLEV_MAX * ncand);
+		km_cpu_kmpar_weights(ds_data(&pc->parts[q]), pc->label[q], ncand, lev, &lv);
+		for (int c = 0; c < ncand; c++)
+			for (int l = 0; l < lv.n; l++)
+				km_xacc_add(&acc[c], lev[(size_t) l * ncand + c]);
+	}
 	for (int c = 0; c < ncand; c++)
 		out[c] = km_xacc_round(&acc[c]);
 	free(acc);
+	free(lev);
 	return KM_OK;
 }
 
