@@ -802,7 +802,7 @@ JsonDouble(JsonbValue *v, const char *what)
 	errno = 0;
 	x = strtod(text, &end);
 	if (*end != '\0' || !isfinite(x))
-		BadText("%s is out of range for double precision: %s", what, text);
+		BadText("%s has a value out of range for double precision", what);
 	return x;
 }
 
@@ -1254,7 +1254,11 @@ kmeans_partial_combine(PG_FUNCTION_ARGS)
 	MemoryContext old;
 
 	if (b == NULL)
+	{
+		if (a == NULL)
+			PG_RETURN_NULL();
 		PG_RETURN_POINTER(a);
+	}
 	pb = StatePartial(b);
 	old = MemoryContextSwitchTo(aggcontext);
 	if (a == NULL)
@@ -1337,7 +1341,11 @@ kmeans_merge_accum(PG_FUNCTION_ARGS)
 	MemoryContext old;
 
 	if (PG_ARGISNULL(1))
+	{
+		if (acc == NULL)
+			PG_RETURN_NULL();
 		PG_RETURN_POINTER(acc);
+	}
 	p = PartialArg(fcinfo, 1);
 	old = MemoryContextSwitchTo(aggcontext);
 	if (acc == NULL)
@@ -1366,7 +1374,11 @@ kmeans_merge_combine(PG_FUNCTION_ARGS)
 	MemoryContext old;
 
 	if (b == NULL)
+	{
+		if (a == NULL)
+			PG_RETURN_NULL();
 		PG_RETURN_POINTER(a);
+	}
 	old = MemoryContextSwitchTo(aggcontext);
 	if (a == NULL)
 	{
