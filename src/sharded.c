@@ -54,8 +54,18 @@
 
 int			kmeans_shard_retries = 3;
 
-/* First back-off between tries; it doubles each time. */
+/*
+ * Back-off before the second try of a call; the first retry is immediate (a
+ * lost connection is seen at once, and the standby is already there), and
+ * each later one waits twice as long as the one before.
+ */
 #define KM_SHARD_BACKOFF_MS 250
+
+static int
+BackoffMs(int attempt)
+{
+	return attempt == 0 ? 0 : KM_SHARD_BACKOFF_MS << (attempt - 1);
+}
 
 /* A fit across the shards of one cluster. */
 typedef struct KmSharded
@@ -329,6 +339,11 @@ TryCall(KmSharded *ks, const char *sql, int nargs, Oid *types, Datum *values,
 static void
 Backoff(int ms)
 {
+	if (ms <= 0)
+	{
+		CHECK_FOR_INTERRUPTS();
+		return;
+	}
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
 					 PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
@@ -415,12 +430,13 @@ ShardCall(KmSharded *ks, const char *func, int nargs, Oid *types, Datum *values,
 		ks->total_retries++;
 		if (kmeans_verbose)
 			ereport(INFO,
-					(errmsg("kmeans_fit_sharded: a call on the shards failed (try %d of %d), trying again in %.2f s: %s",
+					(errmsg("kmeans_fit_sharded: a call on the shards failed (try %d of %d), trying again %s: %s",
 							attempt + 1, kmeans_shard_retries + 1,
-							(double) (KM_SHARD_BACKOFF_MS << attempt) / 1000.0,
+							BackoffMs(attempt) == 0 ? "at once" :
+							psprintf("in %.2f s", (double) BackoffMs(attempt) / 1000.0),
 							CallMessage(e->message))));
 		FreeErrorData(e);
-		Backoff(KM_SHARD_BACKOFF_MS << attempt);
+		Backoff(BackoffMs(attempt));
 		MemoryContextReset(ks->context);
 	}
 	for (int p = 0; p < ks->nparts; p++)
