@@ -989,9 +989,9 @@ StepShards(KmSharded *ks, const float *prev, const float *cent, int k, int64 *mo
 	*moved = 0;
 	for (int p = 0; p < ks->nparts; p++)
 	{
+		/* checked field by field by kmeans_partial's input function */
 		KmPartialData *part = (KmPartialData *) PG_DETOAST_DATUM(Answer(&a, p, 2));
 
-		KmPartialCheck(part, VARSIZE(part));
 		*moved += DatumGetInt64(Answer(&a, p, 3));
 		if (merged == NULL)
 		{

@@ -202,39 +202,39 @@ km_xacc_round(km_xacc *a)
 	int			top;
 	int			topbit;
 	int			r;
-	uint64_t	mant = 0;
+	int			base;
+	unsigned __int128 v;
+	uint64_t	mant;
+	int			shift;
 	int			roundbit;
-	int			sticky = 0;
-	double		v;
+	int			sticky;
+	double		d;
 
 	km_xacc_normalize(a);
 	if (a->hi < a->lo)
 		return 0.0;
 	neg = a->w[a->hi] < 0;
-	/* the magnitude as unsigned digits */
+	/* the magnitude as unsigned digits, words lo .. hi only */
 	{
 		int64_t		borrow = 0;
 
-		for (int i = 0; i < KM_XACC_WORDS; i++)
+		for (int i = a->lo; i <= a->hi; i++)
 		{
-			int64_t		d = i >= a->lo && i <= a->hi ? a->w[i] : 0;
+			int64_t		t = neg ? -a->w[i] - borrow : a->w[i];
 
 			if (neg)
 			{
 				/* -value: complement digit by digit, from the bottom */
-				int64_t		t = -d - borrow;
-
 				borrow = t < 0 ? 1 : 0;
-				mag[i] = (uint32_t) (t + (borrow << 32));
+				t += borrow << 32;
 			}
-			else
-				mag[i] = (uint32_t) d;
+			mag[i] = (uint32_t) t;
 		}
 	}
-	top = KM_XACC_WORDS - 1;
-	while (top >= 0 && mag[top] == 0)
+	top = a->hi;
+	while (top >= a->lo && mag[top] == 0)
 		top--;
-	if (top < 0)
+	if (top < a->lo)
 		return 0.0;
 	topbit = 32 * top + 31 - __builtin_clz(mag[top]);
 
@@ -242,22 +242,24 @@ km_xacc_round(km_xacc *a)
 	r = topbit - 52;
 	if (r < -1074 - KM_XACC_BASE)
 		r = -1074 - KM_XACC_BASE;
-	for (int b = topbit; b >= r; b--)
-		mant = (mant << 1) | ((mag[b >> 5] >> (b & 31)) & 1u);
-	roundbit = r >= 1 ? (int) ((mag[(r - 1) >> 5] >> ((r - 1) & 31)) & 1u) : 0;
-	if (r >= 2)
-	{
-		int			lw = (r - 2) >> 5;
 
-		if (mag[lw] & (uint32_t) (((uint64_t) 2 << ((r - 2) & 31)) - 1))
-			sticky = 1;
-		for (int i = 0; i < lw && !sticky; i++)
-			sticky = mag[i] != 0;
-	}
+	/* the top three words hold every bit from r - 1 up (r >= 32 (top - 2) + 12) */
+	base = 32 * (top - 2);
+	v = (unsigned __int128) mag[top] << 64;
+	if (top - 1 >= a->lo)
+		v |= (unsigned __int128) mag[top - 1] << 32;
+	if (top - 2 >= a->lo)
+		v |= mag[top - 2];
+	shift = r - base;
+	mant = (uint64_t) (v >> shift);
+	roundbit = (int) ((v >> (shift - 1)) & 1);
+	sticky = (v & (((unsigned __int128) 1 << (shift - 1)) - 1)) != 0;
+	for (int i = a->lo; i <= top - 3 && !sticky; i++)
+		sticky = mag[i] != 0;
 	if (roundbit && (sticky || (mant & 1)))
 		mant++;
-	v = ldexp((double) mant, r + KM_XACC_BASE);
-	return neg ? -v : v;
+	d = ldexp((double) mant, r + KM_XACC_BASE);
+	return neg ? -d : d;
 }
 
 /*
