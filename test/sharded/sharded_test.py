@@ -19,6 +19,8 @@ by id over the shards (the coordinator holds the union), and checks:
     fingerprint check refuses it, naming the shard;
  5. cancel and statement_timeout on the coordinator: no shard query
     survives (pg_stat_activity on every shard), the shards hold no rows;
+    rows a coordinator left loaded are freed after
+    kmeans_gpu.shard_idle_timeout;
  6. kmeans_partial / kmeans_merge / kmeans_step through postgres_fdw: a
     partitioned table of foreign tables, partitionwise aggregate, async
     foreign scans, the aggregate inside each remote query in EXPLAIN
@@ -384,6 +386,45 @@ def case_cancel(c):
     s.conn.close()
 
 
+def case_idle(c):
+    """A shard's rows whose coordinator stopped calling are freed after
+    kmeans_gpu.shard_idle_timeout: the idle connection holding them closes."""
+    p = c.primaries[0]
+    conn = p.connect()
+    cur = conn.cursor()
+    cur.execute("SELECT pg_backend_pid()")
+    pid = cur.fetchone()[0]
+    cur.execute("SET kmeans_gpu.shard_idle_timeout = '500ms'")
+    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 77, 'pts', 'v', NULL, 'l2', NULL)")
+    loaded = cur.fetchone()[0]
+    time.sleep(1.5)
+    try:
+        cur.execute("SELECT 1")
+        closed = False
+    except psycopg2.Error as e:
+        seen_text.append(str(e))
+        closed = True
+    gone = p.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))[0][0] == 0
+    conn.close()
+    tap.check(loaded > 0 and closed and gone,
+              "5: rows a coordinator left loaded are freed after kmeans_gpu.shard_idle_timeout "
+              "(the idle connection holding them is closed)", f"loaded {loaded}, closed {closed}, gone {gone}")
+    # a connection holding no rows keeps its own idle_session_timeout
+    conn = p.connect()
+    cur = conn.cursor()
+    cur.execute("SET kmeans_gpu.shard_idle_timeout = '500ms'")
+    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 78, 'pts', 'v', NULL, 'l2', NULL)")
+    cur.execute("SELECT freed > 0 FROM kmeans_shard_end('{0}', 78)")
+    freed = cur.fetchone()[0]
+    cur.execute("SHOW idle_session_timeout")
+    restored = cur.fetchone()[0]
+    time.sleep(1.0)
+    cur.execute("SELECT 1")
+    conn.close()
+    tap.check(freed and restored == "0", "5: once the rows are freed the connection's own idle_session_timeout is back",
+              f"freed {freed}, idle_session_timeout {restored}")
+
+
 def case_fdw(c):
     co = c.coordinator
     for i, p in enumerate(c.primaries):
@@ -516,6 +557,7 @@ def main():
         case_no_standby(c)
         case_lagging(c)
         case_cancel(c)
+        case_idle(c)
         case_fdw(c)
         case_bad_input(c)
         case_security(c)
