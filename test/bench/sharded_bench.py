@@ -17,7 +17,8 @@ and three shards, each with a streaming standby, on this machine, ports
 with id % 3 = 0, 1, 2 and run --shard-threads CPU threads each, the one
 server kmeans_gpu.cpu_threads = 0 (one per processor).  Per iteration: the
 median of the gaps between kmeans_gpu.verbose's iteration lines, iterations
-2 .. --iters.  Failover: the same sharded fit with shard 1's primary stopped
+2 .. --iters, of each run; one-server and sharded runs alternate --repeats
+(3) times, and the table gives the medians of those medians.  Failover: the same sharded fit with shard 1's primary stopped
 (pg_ctl stop -m immediate) when iteration 5 is reported; the time it adds is
 its total minus the total of the fit without the failover, set against shard
 1's own reload (its load at the start of the fit, and the retried
@@ -208,6 +209,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--port", type=int, default=56331)
     ap.add_argument("--shard-threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--spark-deps", default=os.path.expanduser("~/.cache/kmeans_gpu/pyspark"))
     ap.add_argument("--no-spark", action="store_true")
     args = ap.parse_args()
@@ -253,11 +255,16 @@ def main():
         one_sql = f"SELECT kmeans_fit('bench', 'v', {args_sql})::text"
         sharded_sql = f"SELECT kmeans_fit_sharded('bench', 'bench', 'v', {args_sql})::text"
         timed_fit(co, one_sql)  # warm the caches
-        one_total, one_notices, one_model = timed_fit(co, one_sql)
-        one_it = iteration_times(one_notices, "kmeans")
         timed_fit(co, sharded_sql)
-        sh_total, sh_notices, sh_model = timed_fit(co, sharded_sql)
-        sh_it = iteration_times(sh_notices, "kmeans_fit_sharded")
+        # one server and shards in turn, so that both see the same load on the machine
+        one_meds, sh_meds, sh_totals = [], [], []
+        for _ in range(args.repeats):
+            one_total, one_notices, one_model = timed_fit(co, one_sql)
+            one_meds.append(statistics.median(iteration_times(one_notices, "kmeans")))
+            sh_total, sh_notices, sh_model = timed_fit(co, sharded_sql)
+            sh_meds.append(statistics.median(iteration_times(sh_notices, "kmeans_fit_sharded")))
+            sh_totals.append(sh_total)
+        one_it = iteration_times(one_notices, "kmeans")
         same = co.sql("SELECT %s::kmeans_model = %s::kmeans_model", (one_model, sh_model))[0][0]
         inertia = co.sql("SELECT (%s::kmeans_model).inertia", (one_model,))[0][0]
         load = [float(v) for v in re.findall(r"shard \d ([0-9.]+) ms",
@@ -274,8 +281,10 @@ def main():
             for m in [re.search(r"shard 1 ([0-9.]+) ms", n)] if m)
         relocated = sum(1 for _, n in one_notices if "re-seeded empty clusters" in n)
 
-        results = {"one": statistics.median(one_it), "sharded": statistics.median(sh_it),
-                   "one_total": one_total, "sharded_total": sh_total, "fo_total": fo_total,
+        results = {"one": statistics.median(one_meds), "sharded": statistics.median(sh_meds),
+                   "ratios": [b / a for a, b in zip(one_meds, sh_meds)],
+                   "one_total": one_total, "sharded_total": statistics.median(sh_totals),
+                   "fo_total": fo_total,
                    "load_ms": load[1], "retried_ms": retried_ms, "shard1_ms": shard1_ms}
         print(f"# one server: {args.rows} x {args.dim}, k {args.k}, {len(one_it) + 1} iterations "
               f"({relocated} of them re-seeded empty clusters), total {one_total:.3f} s, "
@@ -306,7 +315,8 @@ def main():
         print(f"| Apache Spark MLlib KMeans, local[2] | {1e3 * r['spark']:.1f} | {r['spark'] / r['one']:.2f} |")
     print()
     print(f"sharded overhead per iteration: {1e3 * (r['sharded'] - r['one']):.1f} ms "
-          f"({r['sharded'] / r['one']:.3f} x one server; target <= 1.15)")
+          f"({r['sharded'] / r['one']:.3f} x one server; target <= 1.15); the {len(r['ratios'])} "
+          f"runs in turn: " + ", ".join(f"{x:.3f}" for x in r["ratios"]))
     if "spark" in r:
         print(f"lead over Spark: {r['spark'] / r['one']:.1f} x (one server), "
               f"{r['spark'] / r['sharded']:.1f} x (sharded)")
