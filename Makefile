@@ -6,9 +6,11 @@
 #   make bench               CPU engine against scikit-learn (test/bench)
 #   make bench-assign        kmeans_assign row by row against kmeans_labels
 
-EXTENSION = kmeans_gpu
+# kmeans_gpu_sharded: kmeans_fit_sharded over PL/Proxy (requires plproxy),
+# its own extension so that kmeans_gpu never needs PL/Proxy; same library.
+EXTENSION = kmeans_gpu kmeans_gpu_sharded
 MODULE_big = kmeans_gpu
-DATA = $(wildcard sql/kmeans_gpu--*.sql)
+DATA = $(wildcard sql/kmeans_gpu--*.sql) $(wildcard sql/kmeans_gpu_sharded--*.sql)
 
 SQL_SRCS = $(sort $(wildcard src/*.c))
 ENGINE_SRCS = $(sort $(wildcard src/engine/*.c))
@@ -16,8 +18,8 @@ OBJS = $(SQL_SRCS:.c=.o) $(ENGINE_SRCS:.c=.o)
 
 # pg_regress: sql/NAME.sql against expected/NAME.out, every test in sql/
 # except the install scripts.
-REGRESS = $(filter-out kmeans_gpu--%,$(basename $(notdir $(wildcard sql/*.sql))))
-REGRESS_OPTS = --load-extension=$(EXTENSION)
+REGRESS = $(filter-out kmeans_gpu--% kmeans_gpu_sharded--%,$(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --load-extension=kmeans_gpu
 
 # -ffp-contract=off: km_exact.h must round every step the way the GPU does.
 # The CPU engine has its own fused distance kernel (src/engine/cpu_filter.c)

@@ -425,7 +425,8 @@ static const km_engine kmg_engine = {
 	kmg_fit_workspace,
 	kmg_engine_fit,
 	kmg_engine_assign,
-	kmg_engine_map
+	kmg_engine_map,
+	NULL						/* seed: the SQL layer seeds other inits with the CPU engine */
 };
 
 /* ---- streaming datasets ---- */

@@ -128,7 +128,7 @@ SELECT kmeans(NULL::real[], 2) FROM agg_pts;
 SELECT kmeans(v, 2, '[1, 2]') FROM agg_pts;
 SELECT kmeans(v, 2, '5') FROM agg_pts;
 SELECT kmeans(v, 2, '{"metric": "manhattan"}') FROM agg_pts;
-SELECT kmeans(v, 2, '{"init": "kmeans||"}') FROM agg_pts;
+SELECT kmeans(v, 2, '{"init": "kmeans##"}') FROM agg_pts;
 SELECT kmeans(v, 2, '{"max_iters": 5}') FROM agg_pts;
 SELECT kmeans(v, 2, '{"max_iter": 0}') FROM agg_pts;
 SELECT kmeans(v, 2, '{"max_iter": "ten"}') FROM agg_pts;

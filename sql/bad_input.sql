@@ -134,7 +134,7 @@ SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": "manhattan"}') FROM bi_pts
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": "L1"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"metric": ""}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": true}') FROM bi_pts$$);
-SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": "kmeans||"}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": "kmeans##"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "tpu"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "cuda"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": 1}') FROM bi_pts$$);

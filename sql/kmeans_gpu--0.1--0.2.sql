@@ -142,6 +142,140 @@ CREATE FUNCTION kmeans_assign(model kmeans_model, vec numeric[])
 
 -- == Many servers: partial steps, merging, k-means|| ==
 
+-- What one part of the rows contributes to one Lloyd step for a model's
+-- centroids: per-cluster rows, exact sums of weights, of rows and of costs,
+-- and the rows farthest from their centroids for re-seeding (partial.c).
+CREATE TYPE kmeans_partial;
+CREATE FUNCTION kmeans_partial_in(cstring) RETURNS kmeans_partial
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_out(kmeans_partial) RETURNS cstring
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_recv(internal) RETURNS kmeans_partial
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_send(kmeans_partial) RETURNS bytea
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE TYPE kmeans_partial (
+	INPUT = kmeans_partial_in,
+	OUTPUT = kmeans_partial_out,
+	RECEIVE = kmeans_partial_recv,
+	SEND = kmeans_partial_send,
+	INTERNALLENGTH = VARIABLE,
+	ALIGNMENT = double,
+	STORAGE = extended
+);
+
+-- kmeans_partial(vec, model): the map step over any query.
+CREATE FUNCTION kmeans_partial_accum(internal, real[], kmeans_model)
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_partial_accum'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_accum(internal, double precision[], kmeans_model)
+	RETURNS internal AS 'MODULE_PATHNAME', 'kmeans_partial_accum'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_combine(internal, internal)
+	RETURNS internal AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_serialize(internal)
+	RETURNS bytea AS 'MODULE_PATHNAME'
+	LANGUAGE C STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_deserialize(bytea, internal)
+	RETURNS internal AS 'MODULE_PATHNAME'
+	LANGUAGE C STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_partial_final(internal)
+	RETURNS kmeans_partial AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE AGGREGATE kmeans_partial(vec real[], model kmeans_model) (
+	SFUNC = kmeans_partial_accum,
+	STYPE = internal,
+	COMBINEFUNC = kmeans_partial_combine,
+	SERIALFUNC = kmeans_partial_serialize,
+	DESERIALFUNC = kmeans_partial_deserialize,
+	FINALFUNC = kmeans_partial_final,
+	FINALFUNC_MODIFY = READ_WRITE,
+	PARALLEL = SAFE
+);
+CREATE AGGREGATE kmeans_partial(vec double precision[], model kmeans_model) (
+	SFUNC = kmeans_partial_accum,
+	STYPE = internal,
+	COMBINEFUNC = kmeans_partial_combine,
+	SERIALFUNC = kmeans_partial_serialize,
+	DESERIALFUNC = kmeans_partial_deserialize,
+	FINALFUNC = kmeans_partial_final,
+	FINALFUNC_MODIFY = READ_WRITE,
+	PARALLEL = SAFE
+);
+
+-- kmeans_merge(partial): partials of the same model added, exactly.
+CREATE FUNCTION kmeans_merge_accum(internal, kmeans_partial)
+	RETURNS internal AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION kmeans_merge_combine(internal, internal)
+	RETURNS internal AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION kmeans_merge_serialize(internal)
+	RETURNS bytea AS 'MODULE_PATHNAME'
+	LANGUAGE C STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_merge_deserialize(bytea, internal)
+	RETURNS internal AS 'MODULE_PATHNAME'
+	LANGUAGE C STRICT PARALLEL SAFE;
+CREATE FUNCTION kmeans_merge_final(internal)
+	RETURNS kmeans_partial AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE AGGREGATE kmeans_merge(partial kmeans_partial) (
+	SFUNC = kmeans_merge_accum,
+	STYPE = internal,
+	COMBINEFUNC = kmeans_merge_combine,
+	SERIALFUNC = kmeans_merge_serialize,
+	DESERIALFUNC = kmeans_merge_deserialize,
+	FINALFUNC = kmeans_merge_final,
+	PARALLEL = SAFE
+);
+
+-- kmeans_step(model, partial): the next model, as one Lloyd step makes it.
+CREATE FUNCTION kmeans_step(model kmeans_model, partial kmeans_partial)
+	RETURNS kmeans_model AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT IMMUTABLE PARALLEL SAFE;
+
+-- The shard side of kmeans_fit_sharded (shard.c): each shard runs these for
+-- the coordinator, through the PL/Proxy functions of kmeans_gpu_sharded.
+-- parts holds the one partition number PL/Proxy sends each shard.
+CREATE FUNCTION kmeans_shard_load(parts integer[], fit_id bigint, source text,
+	column_name text, weight_column text, metric text, fingerprints bigint[],
+	OUT part integer, OUT n_rows bigint, OUT n_skipped bigint, OUT dim integer,
+	OUT fingerprint bigint, OUT weight_positive boolean, OUT ms double precision,
+	OUT reloaded boolean)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION kmeans_shard_step(parts integer[], fit_id bigint, source text,
+	column_name text, weight_column text, metric text, fingerprints bigint[],
+	previous real[], centroids real[],
+	OUT part integer, OUT partial kmeans_partial, OUT moved bigint,
+	OUT ms double precision, OUT reloaded boolean)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION kmeans_shard_draw(parts integer[], fit_id bigint, source text,
+	column_name text, weight_column text, metric text, fingerprints bigint[],
+	seed bigint, run integer, candidates real[], stream bigint, use_cost boolean,
+	m integer,
+	OUT part integer, OUT keys double precision[], OUT hashes bigint[],
+	OUT weights real[], OUT rows real[], OUT ms double precision, OUT reloaded boolean)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION kmeans_shard_weigh(parts integer[], fit_id bigint, source text,
+	column_name text, weight_column text, metric text, fingerprints bigint[],
+	seed bigint, run integer, candidates real[],
+	OUT part integer, OUT terms double precision[], OUT nterms integer[],
+	OUT ms double precision, OUT reloaded boolean)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION kmeans_shard_end(parts integer[], fit_id bigint,
+	OUT part integer, OUT freed bigint)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION kmeans_shard_status(parts integer[],
+	OUT part integer, OUT fit_id bigint, OUT n_rows bigint, OUT bytes bigint)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+
 
 -- == More rows than one GPU holds: devices, storage ==
 

@@ -131,7 +131,8 @@ ConsiderGpu(FunctionCallInfo fcinfo, KmAggState *state)
 		return;
 	/* the whole group is unknown yet: expect it to double */
 	KmMatrixStartGpu(&state->matrix, choice, state->opts.k, state->opts.metric,
-					 state->matrix.n * 2, choice != KM_ENGINE_GPU);
+					 state->matrix.n * 2,
+					 choice != KM_ENGINE_GPU || !KmInitOnGpu(state->opts.init));
 }
 
 PG_FUNCTION_INFO_V1(kmeans_accum);

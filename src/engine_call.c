@@ -19,6 +19,7 @@
 
 #include "kmeans_gpu.h"
 #include "kmeans_gpu_cuda.h"
+#include "km_kmpar.h"
 
 typedef struct KmCall
 {
@@ -222,6 +223,68 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 }
 
 /*
+ * Whether the GPU engine seeds with init itself.  For the others (k-means||)
+ * the CPU engine seeds on the host (KmFitHostSeeded), so the rows must stay
+ * in host memory too (callers of KmMatrixStartGpu keep them).
+ */
+bool
+KmInitOnGpu(km_init init)
+{
+	return init == KM_INIT_KMEANSPP || init == KM_INIT_RANDOM || init == KM_INIT_EXPLICIT;
+}
+
+/*
+ * A GPU fit with an init the GPU does not implement: each of the n_init
+ * runs is seeded on the host by the CPU engine's seed, as the CPU engine
+ * would seed it, and fitted on the GPU from those explicit centroids; the
+ * run with the lowest inertia wins, ties to the first, as in the CPU
+ * engine.
+ */
+static km_status
+KmFitHostSeeded(const KmMatrix *m, const km_engine *engine, const km_data *data,
+				const km_params *params, const km_hooks *hooks, km_result *result,
+				km_error *err)
+{
+	km_params	one = *params;
+	km_result	rr;
+	Size		kd = (Size) params->k * data->d;
+	float	   *start = palloc_extended(sizeof(float) * kd, MCXT_ALLOC_HUGE);
+
+	memset(&rr, 0, sizeof(rr));
+	rr.centroids = palloc_extended(sizeof(float) * kd, MCXT_ALLOC_HUGE);
+	rr.sizes = palloc(sizeof(int64) * params->k);
+	rr.cluster_inertia = palloc(sizeof(double) * params->k);
+	if (result->labels != NULL)
+		rr.labels = palloc_extended(sizeof(int32) * (Size) data->n, MCXT_ALLOC_HUGE);
+	one.init = KM_INIT_EXPLICIT;
+	one.init_centroids = start;
+	one.n_init = 1;
+	for (int run = 0; run < params->n_init; run++)
+	{
+		km_status	status = km_cpu_engine.seed(data, params, run, hooks, start, err);
+
+		if (status == KM_OK)
+			status = engine != NULL ? engine->fit(data, &one, hooks, &rr, err) :
+				KmGpuSinkFit(m->gpu, &one, hooks, &rr, err);
+		if (status != KM_OK)
+			return status;
+		if (run > 0 && !(rr.inertia < result->inertia))
+			continue;
+		memcpy(result->centroids, rr.centroids, sizeof(float) * kd);
+		memcpy(result->sizes, rr.sizes, sizeof(int64) * params->k);
+		memcpy(result->cluster_inertia, rr.cluster_inertia, sizeof(double) * params->k);
+		if (result->labels != NULL)
+			memcpy(result->labels, rr.labels, sizeof(int32) * (Size) data->n);
+		result->inertia = rr.inertia;
+		result->iterations = rr.iterations;
+		result->converged = rr.converged;
+		result->relocated = rr.relocated;
+		result->best_run = run;
+	}
+	return KM_OK;
+}
+
+/*
  * One fit, by engine on the host rows or, with engine NULL, by the GPU on the
  * rows streamed to it; tried again while the GPU lacks memory under 'gpu'
  * (another session's fit holds it).  The call is left for KmCallEnd.
@@ -239,7 +302,9 @@ KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *eng
 
 		KmCallBegin(call, hooks, n_init);
 		memset(err, 0, sizeof(*err));
-		if (engine != NULL)
+		if (engine != &km_cpu_engine && !KmInitOnGpu(params->init))
+			status = KmFitHostSeeded(m, engine, data, params, hooks, result, err);
+		else if (engine != NULL)
 			status = engine->fit(data, params, hooks, result, err);
 		else
 			status = KmGpuSinkFit(m->gpu, params, hooks, result, err);
@@ -310,7 +375,10 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
-	KmCheckMemory(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels), "kmeans");
+	KmCheckMemory(add_size(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels),
+						   opts->init == KM_INIT_KMEANS_PARALLEL ?
+						   km_cpu_kmpar_workspace(m->n, m->dim, opts->k, KmCpuThreads()) : 0),
+				  "kmeans");
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
@@ -403,4 +471,59 @@ KmRunAssign(const km_data *data, const float *centroids, int k, km_metric metric
 			break;
 		engine = &km_cpu_engine;
 	}
+}
+
+/*
+ * The CPU engine's map step over data (exact mode when partial->stats is
+ * set: kmeans_partial and the shards of kmeans_fit_sharded), with the hooks
+ * of every engine call: interruptible, its memory freed, failures raised.
+ */
+void
+KmRunMap(const km_data *data, const float *centroids, int k, km_metric metric,
+		 km_partial *partial)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+
+	KmCallBegin(&call, &hooks, 1);
+	hooks.report = NULL;
+	memset(&err, 0, sizeof(err));
+	status = km_cpu_engine.map(data, centroids, k, metric, partial, &hooks, &err);
+	(void) KmCallEnd(&call, status, &err, false);
+}
+
+/* k-means|| on this part's rows: the m smallest keys (km_kmpar.h). */
+void
+KmRunKmparKeys(const km_data *data, const uint64 *hashes, const double *cost,
+			   uint64 stream, int m, km_kmpar_draw *out, int *nout)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+
+	KmCallBegin(&call, &hooks, 1);
+	hooks.report = NULL;
+	memset(&err, 0, sizeof(err));
+	status = km_cpu_kmpar_keys(data, hashes, cost, stream, m, &hooks, out, nout, &err);
+	(void) KmCallEnd(&call, status, &err, false);
+}
+
+/* k-means|| on this part's rows: fold candidates into cost and label. */
+void
+KmRunKmparFold(const km_data *data, km_metric metric, const float *cands, int first,
+			   int count, double *cost, int32 *label)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+
+	KmCallBegin(&call, &hooks, 1);
+	hooks.report = NULL;
+	memset(&err, 0, sizeof(err));
+	status = km_cpu_kmpar_fold(data, metric, cands, first, count, cost, label, &hooks, &err);
+	(void) KmCallEnd(&call, status, &err, false);
 }

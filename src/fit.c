@@ -43,12 +43,16 @@ FirstRow(KmFitScan *scan, int dim)
 								  false),
 					  "kmeans_fit (estimated from the table's statistics)");
 	scan->matrix.dim = dim;
-	/* straight to the GPU: should it give up, ReadRows runs again for the CPU */
+	/*
+	 * Straight to the GPU: should it give up, ReadRows runs again for the
+	 * CPU.  An init the GPU does not seed keeps the rows on the host too.
+	 */
 	if (choice != KM_ENGINE_CPU)
 	{
 		TimestampTz start = GetCurrentTimestamp();
 
-		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows, false);
+		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows,
+						 !KmInitOnGpu(scan->opts->init));
 		scan->gpu_setup_us = GetCurrentTimestamp() - start;
 	}
 }

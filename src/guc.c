@@ -75,6 +75,18 @@ KmGucInit(void)
 							&kmeans_gpu_wait_ms, 60000, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
+	DefineCustomIntVariable("kmeans_gpu.shard_retries",
+							"Times kmeans_fit_sharded tries a failed call on the shards again.",
+							"Each try uses fresh connections, which with a multi-host conninfo reach a standby.",
+							&kmeans_shard_retries, 3, 0, 100,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("kmeans_gpu.shard_idle_timeout",
+							"How long a shard keeps the rows of a fit whose coordinator stopped calling.",
+							"Closes the idle connection holding them (idle_session_timeout); 0 keeps them until it closes.",
+							&kmeans_shard_idle_timeout_ms, 5 * 60 * 1000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("kmeans_gpu");
 #else

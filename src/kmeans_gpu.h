@@ -36,6 +36,8 @@ extern int	kmeans_cpu_threads;
 extern int	kmeans_spill_threshold_kb;
 extern int	kmeans_gpu_device;
 extern int	kmeans_gpu_wait_ms;
+extern int	kmeans_shard_retries;	/* sharded.c */
+extern int	kmeans_shard_idle_timeout_ms;	/* shard.c */
 
 extern void KmGucInit(void);
 extern Size KmMaxMemoryBytes(void);
@@ -133,10 +135,18 @@ typedef struct KmFitOutput
 } KmFitOutput;
 
 extern Size KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels);
+extern bool KmInitOnGpu(km_init init);
 extern bool KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
 					 KmFitOutput *out);
 extern void KmRunAssign(const km_data *data, const float *centroids, int k,
 						km_metric metric, int32 *labels, double *distances);
+extern void KmRunMap(const km_data *data, const float *centroids, int k,
+					 km_metric metric, km_partial *partial);
+struct km_kmpar_draw;
+extern void KmRunKmparKeys(const km_data *data, const uint64 *hashes, const double *cost,
+						   uint64 stream, int m, struct km_kmpar_draw *out, int *nout);
+extern void KmRunKmparFold(const km_data *data, km_metric metric, const float *cands,
+						   int first, int count, double *cost, int32 *label);
 
 /* model.c: the kmeans_model composite */
 typedef struct KmModel
@@ -154,6 +164,20 @@ extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,
 						 const KmFitOutput *fit, int dim, int64 n_rows,
 						 int64 n_skipped);
 extern void KmModelRead(HeapTupleHeader model, KmModel *out);
+
+/* partial.c: kmeans_partial, kmeans_merge, kmeans_step */
+typedef struct KmPartialData KmPartialData;
+struct km_xstats;
+
+extern uint64 KmModelHash(const KmModel *model);
+extern KmPartialData *KmPartialFromRows(const KmModel *model, uint64 model_hash,
+										const km_data *data, const struct km_xstats *xs,
+										bool weighted, int64 n_skipped, int32 *labels);
+extern KmPartialData *KmPartialMerge(const KmPartialData *a, const KmPartialData *b);
+extern void KmPartialCheck(const KmPartialData *p, Size len);
+extern int	KmPartialStep(const KmPartialData *p, const KmModel *model, float *centroids);
+extern int64 KmPartialRows(const KmPartialData *p);
+extern double KmPartialStats(const KmPartialData *p, int64 *sizes, double *cluster_inertia);
 
 /* table_scan.c: one pass over a table's column */
 typedef struct KmScanSpec

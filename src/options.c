@@ -63,6 +63,8 @@ static const KmName init_names[] = {
 	{"kmeanspp", KM_INIT_KMEANSPP},
 	{"random", KM_INIT_RANDOM},
 	{"explicit", KM_INIT_EXPLICIT},
+	{"k-means||", KM_INIT_KMEANS_PARALLEL},
+	{"kmeans||", KM_INIT_KMEANS_PARALLEL},
 	{NULL, 0}
 };
 
@@ -115,7 +117,7 @@ KmOptionsSetInit(KmOptions *opts, const char *init)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown init method \"%s\"", init),
-				 errhint("Use 'k-means++', 'random', or 'explicit' with init_centroids.")));
+				 errhint("Use 'k-means++', 'k-means||', 'random', or 'explicit' with init_centroids.")));
 	opts->init = (km_init) value;
 	opts->init_given = true;
 }

@@ -392,7 +392,10 @@ km_cpu_rows_lloyd(const km_cpu_state *st, km_cpu_worker *wk,
 		moved += labels[i] != j;
 		labels[i] = j;
 		counts[j]++;
-		wsum[j] += w;
+		if (st->wlev.n == 1)
+			wsum[j] += w;
+		else
+			km_cpu_add_term(&st->wlev, wsum + j, (size_t) st->k, w);
 		if (cost[i] >= 0.0)
 			exact += w * cost[i];
 		else
@@ -405,7 +408,43 @@ km_cpu_rows_lloyd(const km_cpu_state *st, km_cpu_worker *wk,
 	/* the filter's estimate is |x - c|^2: 2 - 2 cos for cosine */
 	wk->inertia += exact + (st->cosine ? 0.5 * approx : approx);
 	wk->moved += moved;
-	km_cpu_accumulate(st->avx2, wk->sums, xe, lab, wt, t->n, st->d);
+	km_cpu_accumulate(st->avx2, &st->xlev, wk->sums, (size_t) st->k * st->d, xe, lab, wt,
+					  t->n, st->d);
+}
+
+/*
+ * Offer a row to a worker's heap of the rows farthest from their centroids
+ * (key = -cost): its hash is computed only for a row that enters the heap
+ * or ties with the root.
+ */
+static void
+km_cpu_offer_far(const km_cpu_state *st, km_cpu_worker *wk, double cost,
+				 int64_t row, const float *x, float w)
+{
+	km_cpu_cand c;
+
+	c.key = -cost;
+	if (wk->nheap == st->nsel && c.key > wk->heap[0].key)
+		return;
+	c.hash = km_row_hash(x, st->d, w);
+	c.row = row;
+	c.x = x;
+	c.w = w;
+	km_cpu_heap_push(wk->heap, &wk->nheap, st->nsel, &c);
+}
+
+/* t added to a sum kept in the levels of lv, stride doubles apart. */
+void
+km_cpu_add_term(const km_xlevels *lv, double *lev, size_t stride, double t)
+{
+	for (int l = 1; l < lv->n; l++)
+	{
+		double		h = (t + lv->magic[l]) - lv->magic[l];
+
+		lev[(size_t) (l - 1) * stride] += h;
+		t -= h;
+	}
+	lev[(size_t) (lv->n - 1) * stride] += t;
 }
 
 /*
@@ -429,15 +468,17 @@ km_cpu_pass_worker(void *arg, int id)
 	wk->nheap = 0;
 	if (flags & KM_CPU_SUMS)
 	{
-		memset(wk->sums, 0, sizeof(double) * (size_t) k * d);
-		memset(wk->wsum, 0, sizeof(double) * k);
+		memset(wk->sums, 0, sizeof(double) * (size_t) st->xlev.n * k * d);
+		memset(wk->wsum, 0, sizeof(double) * (size_t) st->wlev.n * k);
 	}
 	if (flags & (KM_CPU_SUMS | KM_CPU_COST))
 		memset(wk->counts, 0, sizeof(int64_t) * k);
 	if (flags & KM_CPU_COST)
 	{
 		memset(wk->csum, 0, sizeof(double) * k);
-		memset(wk->cfix, 0, sizeof(km_fix) * k);
+		if (wk->cacc != NULL)
+			for (int j = 0; j < k; j++)
+				km_xacc_clear(&wk->cacc[j]);
 	}
 
 	km_cpu_cursor_init(st, id, &cur);
@@ -478,23 +519,29 @@ km_cpu_pass_worker(void *arg, int id)
 				wk->counts[lab]++;
 			if (flags & KM_CPU_SUMS)
 			{
-				wk->wsum[lab] += w;
-				if (t.w != NULL)
-					km_cpu_add_row_w(st->avx2, wk->sums + (size_t) lab * d,
-									 xe + (size_t) i * d, w, d);
-				else
-					km_cpu_add_row(st->avx2, wk->sums + (size_t) lab * d,
-								   xe + (size_t) i * d, d);
+				km_cpu_add_term(&st->wlev, wk->wsum + lab, (size_t) k, w);
+				km_cpu_accumulate(st->avx2, &st->xlev, wk->sums, (size_t) k * d,
+								  xe + (size_t) i * d, &wk->label[i],
+								  t.w != NULL ? t.w + i : NULL, 1, d);
 			}
 			if (flags & KM_CPU_COST)
 			{
 				double		c = (double) w * wk->cost[i];
 
 				wk->csum[lab] += c;
-				km_fix_add(&wk->cfix[lab], km_fix_term(c, st->fixscale));
+				if (wk->cacc != NULL)
+					km_xacc_add(&wk->cacc[lab], c);
 				wk->inertia += c;
 				if (st->dist_out != NULL)
 					st->dist_out[g] = km_cost_to_distance(wk->cost[i], st->cosine);
+				if (st->cost_out != NULL)
+					st->cost_out[g] = wk->cost[i];
+				/* k-means||: a new candidate nearer than every earlier one */
+				if (st->fold_cost != NULL && wk->cost[i] < st->fold_cost[g])
+				{
+					st->fold_cost[g] = wk->cost[i];
+					st->fold_label[g] = st->fold_first + lab;
+				}
 			}
 			else if (flags & KM_CPU_ASSIGN)
 			{
@@ -509,15 +556,7 @@ km_cpu_pass_worker(void *arg, int id)
 				wk->inertia += (double) w * c;
 			}
 			if (flags & KM_CPU_FARTHEST)
-			{
-				km_cpu_cand c;
-
-				c.key = -wk->cost[i];
-				c.row = g;
-				c.x = t.x + (size_t) i * d;
-				c.w = w;
-				km_cpu_heap_push(wk->heap, &wk->nheap, st->nsel, &c);
-			}
+				km_cpu_offer_far(st, wk, wk->cost[i], g, t.x + (size_t) i * d, w);
 		}
 	}
 }
@@ -534,7 +573,9 @@ km_cpu_pass(km_cpu_state *st, int flags)
 }
 
 /*
- * Sum the workers' accumulators of the last pass into st, in worker order.
+ * Sum the workers' accumulators of the last pass into st, in worker order
+ * (every sum is exact, so the order changes nothing but is fixed anyway),
+ * with the weights and the inertia rounded to double.
  */
 void
 km_cpu_reduce(km_cpu_state *st, int flags)
@@ -544,17 +585,22 @@ km_cpu_reduce(km_cpu_state *st, int flags)
 
 	if (flags & KM_CPU_SUMS)
 	{
-		memcpy(st->sums, st->workers[0].sums, sizeof(double) * kd);
-		memcpy(st->wsum, st->workers[0].wsum, sizeof(double) * k);
+		const size_t xn = (size_t) st->xlev.n * kd;
+		const size_t wn = (size_t) st->wlev.n * k;
+
+		memcpy(st->sums, st->workers[0].sums, sizeof(double) * xn);
+		memcpy(st->wsum, st->workers[0].wsum, sizeof(double) * wn);
 		for (int t = 1; t < st->nthreads; t++)
 		{
 			const km_cpu_worker *wk = &st->workers[t];
 
-			for (size_t i = 0; i < kd; i++)
+			for (size_t i = 0; i < xn; i++)
 				st->sums[i] += wk->sums[i];
-			for (int j = 0; j < k; j++)
+			for (size_t j = 0; j < wn; j++)
 				st->wsum[j] += wk->wsum[j];
 		}
+		for (int j = 0; j < k; j++)
+			st->wsumr[j] = km_xlevels_round(st->wsum + j, st->wlev.n, (size_t) k);
 	}
 	if (flags & (KM_CPU_SUMS | KM_CPU_COST))
 	{
@@ -566,16 +612,18 @@ km_cpu_reduce(km_cpu_state *st, int flags)
 	if (flags & KM_CPU_COST)
 	{
 		memcpy(st->csum, st->workers[0].csum, sizeof(double) * k);
-		memcpy(st->cfix, st->workers[0].cfix, sizeof(km_fix) * k);
 		for (int t = 1; t < st->nthreads; t++)
 			for (int j = 0; j < k; j++)
-			{
 				st->csum[j] += st->workers[t].csum[j];
-				km_fix_add(&st->cfix[j], st->workers[t].cfix[j]);
+		/* the exact sum, rounded once */
+		if (st->cacc != NULL)
+			for (int j = 0; j < k; j++)
+			{
+				km_xacc_clear(&st->cacc[j]);
+				for (int t = 0; t < st->nthreads; t++)
+					km_xacc_merge(&st->cacc[j], &st->workers[t].cacc[j]);
+				st->csum[j] = km_xacc_round(&st->cacc[j]);
 			}
-		/* the order-free sum wherever it kept its precision */
-		for (int j = 0; j < k; j++)
-			(void) km_fix_value(st->cfix[j], st->fixscale, st->counts[j], &st->csum[j]);
 	}
 }
 
@@ -595,8 +643,7 @@ km_cpu_prepare_worker(void *arg, int id)
 
 	wk->wtotal = 0.0;
 	wk->sqsum = 0.0;
-	wk->amax = 0.0;
-	wk->wmax = 0.0f;
+	km_xstats_init(&wk->xs);
 	memset(wk->dvec, 0, sizeof(double) * d);
 
 	km_cpu_cursor_init(st, id, &cur);
@@ -604,20 +651,14 @@ km_cpu_prepare_worker(void *arg, int id)
 	{
 		if (st->cosine)
 			km_cpu_exact_norms(t.x, t.n, d, st->rownorm + t.row);
+		km_cpu_xstats_rows(st->avx2, t.x, t.w, t.n, d, st->cosine,
+						   st->cosine ? st->rownorm + t.row : NULL, &wk->xs);
 		for (int i = 0; i < t.n; i++)
 		{
 			const float *x = t.x + (size_t) i * d;
 			float		w = t.w != NULL ? t.w[i] : 1.0f;
 
 			wk->wtotal += w;
-			if (w > wk->wmax)
-				wk->wmax = w;
-			{
-				double		a = km_cpu_absmax(st->avx2, x, d);
-
-				if (a > wk->amax)
-					wk->amax = a;
-			}
 			if (st->hashes != NULL)
 				st->hashes[t.row + i] = km_row_hash(x, d, w);
 			if (!st->cosine)
@@ -634,7 +675,8 @@ km_cpu_prepare_worker(void *arg, int id)
 
 /*
  * The pass before seeding, reduced: st->mu and the centring choice (l2),
- * and the total weight in workers[0].wtotal.
+ * the total weight in workers[0].wtotal, and the bounds on the terms of
+ * the sums (st->xstats).
  */
 void
 km_cpu_prepare(km_cpu_state *st)
@@ -642,6 +684,8 @@ km_cpu_prepare(km_cpu_state *st)
 	km_pool_run(&st->pool, km_cpu_prepare_worker, st);
 	if (km_cpu_stopped(st))
 		return;
+	km_xstats_init(&st->xstats);
+	km_xstats_merge(&st->xstats, &st->workers[0].xs);
 	for (int t = 1; t < st->nthreads; t++)
 	{
 		km_cpu_worker *w0 = &st->workers[0];
@@ -649,10 +693,7 @@ km_cpu_prepare(km_cpu_state *st)
 
 		w0->wtotal += wk->wtotal;
 		w0->sqsum += wk->sqsum;
-		if (wk->amax > w0->amax)
-			w0->amax = wk->amax;
-		if (wk->wmax > w0->wmax)
-			w0->wmax = wk->wmax;
+		km_xstats_merge(&st->xstats, &wk->xs);
 		for (int i = 0; i < st->d; i++)
 			w0->dvec[i] += wk->dvec[i];
 	}
@@ -660,15 +701,58 @@ km_cpu_prepare(km_cpu_state *st)
 		km_cpu_choose_mu(st, st->workers[0].dvec, st->workers[0].sqsum, st->n);
 	else
 		st->centred = 0;
+}
 
-	/*
-	 * Every cost of the fit's final pass is at most (2 max|x|)^2 <= 4 d
-	 * amax^2 for l2 (some centroid lies in the rows' convex hull) and 2 for
-	 * cosine: with a margin for rounding, that bounds the order-free inertia
-	 * sums.  In double, so that neither tiny nor huge values escape it.
-	 */
-	st->fixscale = km_fix_scale((double) st->workers[0].wmax *
-								(st->cosine ? 2.0 :
-								 4.0 * st->d * st->workers[0].amax * st->workers[0].amax) * 1.01,
-								st->n);
+/* One worker's share of km_cpu_stats. */
+static void
+km_cpu_stats_worker(void *arg, int id)
+{
+	km_cpu_state *st = (km_cpu_state *) arg;
+	km_cpu_worker *wk = &st->workers[id];
+	km_cpu_cursor cur;
+	km_cpu_tile t;
+
+	km_xstats_init(&wk->xs);
+	km_cpu_cursor_init(st, id, &cur);
+	while (km_cpu_next_tile(st, id, &cur, &t))
+	{
+		if (st->cosine)
+			km_cpu_exact_norms(t.x, t.n, st->d, wk->nrm);
+		km_cpu_xstats_rows(st->avx2, t.x, t.w, t.n, st->d, st->cosine, wk->nrm, &wk->xs);
+	}
+}
+
+/*
+ * Bounds on the terms of the sums, in st->xstats, for a call without a
+ * prepare pass (map).
+ */
+void
+km_cpu_stats(km_cpu_state *st)
+{
+	km_pool_run(&st->pool, km_cpu_stats_worker, st);
+	km_xstats_init(&st->xstats);
+	for (int t = 0; t < st->nthreads; t++)
+		km_xstats_merge(&st->xstats, &st->workers[t].xs);
+}
+
+/*
+ * The levels of the sums of rows and of weights, from st->xstats: enough
+ * for n terms each (km_xsum.h).  Rows without weights add 1 to the weight
+ * sums: one level.
+ */
+void
+km_cpu_levels(km_cpu_state *st)
+{
+	int			unweighted = 0;
+
+	st->weighted = 0;
+	for (int c = 0; c < st->data->nchunks; c++)
+		if (st->data->chunks[c].n > 0)
+		{
+			if (st->data->chunks[c].w != NULL)
+				st->weighted = 1;
+			else
+				unweighted = 1;
+		}
+	km_xlevels_for(&st->xstats, st->n, st->weighted, unweighted, &st->xlev, &st->wlev);
 }

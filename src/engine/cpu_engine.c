@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "km_exact.h"
+#include "km_kmpar.h"
 
 /*
  * Seconds on a monotonic clock.
@@ -202,6 +203,104 @@ km_cpu_centroid_mu(km_cpu_state *st, const float *c)
 }
 
 /*
+ * Whether params make sense for data; returns a message, or NULL when they do.
+ */
+static const char *
+km_cpu_check_params(const km_data *data, const km_params *params)
+{
+	const char *msg;
+
+	if ((msg = km_cpu_check_data(data)) != NULL)
+		return msg;
+	if (params == NULL)
+		return "no parameters";
+	if (params->k < 1)
+		return "k must be at least 1";
+	if (params->k > data->n)
+		return "k must not exceed the number of rows";
+	if (params->max_iter < 1)
+		return "max_iter must be at least 1";
+	if (!(params->tol >= 0.0))
+		return "tol must not be negative";
+	if (params->n_init < 1)
+		return "n_init must be at least 1";
+	if (params->metric != KM_METRIC_L2 && params->metric != KM_METRIC_COSINE)
+		return "unknown metric";
+	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
+		params->init != KM_INIT_EXPLICIT && params->init != KM_INIT_KMEANS_PARALLEL)
+		return "unknown init";
+	if (params->init == KM_INIT_EXPLICIT)
+	{
+		if (params->init_centroids == NULL)
+			return "explicit init needs initial centroids";
+		return km_cpu_check_centroids(params->init_centroids, params->k, data->d,
+									  params->metric);
+	}
+	return NULL;
+}
+
+/*
+ * The start of a fit (and of seed): the state, its allocations and team,
+ * the pass before seeding and the levels of the sums.  labels: the
+ * caller's array for the labels, or NULL to allocate one.  On failure
+ * everything is freed and the status returned.
+ */
+static km_status
+km_cpu_fit_begin(km_cpu_state *st, km_cpu_arena *arena, km_hooks *hooks,
+				 const km_data *data, const km_params *params,
+				 const km_hooks *hooks_in, int32_t *labels, km_error *error)
+{
+	km_progress p;
+	km_status	status = KM_OK;
+
+	km_cpu_begin(st, data, params->k, params->metric, hooks_in, hooks);
+	km_cpu_arena_init(arena, hooks, 0);
+	if (!km_cpu_setup(st, arena, KM_CPU_CALL_FIT, labels == NULL,
+					  params->init != KM_INIT_EXPLICIT,
+					  params->init == KM_INIT_KMEANSPP))
+	{
+		status = KM_ERR_NOMEM;
+		goto fail;
+	}
+	if (labels != NULL)
+		st->labels = labels;
+	km_cpu_team_start(st);
+
+	km_cpu_prepare(st);
+	if (km_cpu_stopped(st))
+	{
+		status = KM_ERR_CANCELLED;
+		goto fail;
+	}
+	if (!(st->workers[0].wtotal > 0.0))
+	{
+		km_cpu_end(st, arena);
+		return km_cpu_fail(error, KM_ERR_INVALID, "total weight is zero");
+	}
+	/* the sums' levels, now that the terms are bounded */
+	km_cpu_levels(st);
+	if (!km_cpu_setup_sums(st, arena))
+	{
+		status = KM_ERR_NOMEM;
+		goto fail;
+	}
+	memset(&p, 0, sizeof(p));
+	p.phase = KM_PHASE_PREPARE;
+	p.done = st->n;
+	p.total = st->n;
+	if (km_cpu_report(st, &p))
+	{
+		status = KM_ERR_CANCELLED;
+		goto fail;
+	}
+	return KM_OK;
+
+fail:
+	km_cpu_end(st, arena);
+	return km_cpu_finish(error, status);
+}
+
+/*
  * fit: n_init runs of seeding and Lloyd; the run with the lowest final
  * inertia (the earliest on ties) goes to result.
  */
@@ -215,73 +314,18 @@ km_cpu_fit(const km_data *data, const km_params *params, const km_hooks *hooks_i
 	km_status	status = KM_OK;
 	const char *msg;
 	int			own_labels;
-	km_progress p;
 
-	if ((msg = km_cpu_check_data(data)) != NULL)
+	if ((msg = km_cpu_check_params(data, params)) != NULL)
 		return km_cpu_fail(error, KM_ERR_INVALID, msg);
-	if (params == NULL || result == NULL)
-		return km_cpu_fail(error, KM_ERR_INVALID, "no parameters or result");
-	if (params->k < 1)
-		return km_cpu_fail(error, KM_ERR_INVALID, "k must be at least 1");
-	if (params->k > data->n)
-		return km_cpu_fail(error, KM_ERR_INVALID, "k must not exceed the number of rows");
-	if (params->max_iter < 1)
-		return km_cpu_fail(error, KM_ERR_INVALID, "max_iter must be at least 1");
-	if (!(params->tol >= 0.0))
-		return km_cpu_fail(error, KM_ERR_INVALID, "tol must not be negative");
-	if (params->n_init < 1)
-		return km_cpu_fail(error, KM_ERR_INVALID, "n_init must be at least 1");
-	if (params->metric != KM_METRIC_L2 && params->metric != KM_METRIC_COSINE)
-		return km_cpu_fail(error, KM_ERR_INVALID, "unknown metric");
-	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
-		params->init != KM_INIT_EXPLICIT)
-		return km_cpu_fail(error, KM_ERR_INVALID, "unknown init");
-	if (result->centroids == NULL || result->sizes == NULL ||
+	if (result == NULL || result->centroids == NULL || result->sizes == NULL ||
 		result->cluster_inertia == NULL)
 		return km_cpu_fail(error, KM_ERR_INVALID, "result arrays missing");
-	if (params->init == KM_INIT_EXPLICIT)
-	{
-		if (params->init_centroids == NULL)
-			return km_cpu_fail(error, KM_ERR_INVALID, "explicit init needs initial centroids");
-		if ((msg = km_cpu_check_centroids(params->init_centroids, params->k,
-										  data->d, params->metric)) != NULL)
-			return km_cpu_fail(error, KM_ERR_INVALID, msg);
-	}
 
-	km_cpu_begin(&st, data, params->k, params->metric, hooks_in, &hooks);
 	own_labels = result->labels == NULL || params->n_init > 1;
-	km_cpu_arena_init(&arena, &hooks, 0);
-	if (!km_cpu_setup(&st, &arena, KM_CPU_CALL_FIT, own_labels,
-					  params->init != KM_INIT_EXPLICIT,
-					  params->init == KM_INIT_KMEANSPP))
-	{
-		status = KM_ERR_NOMEM;
-		goto done;
-	}
-	if (!own_labels)
-		st.labels = result->labels;
-	km_cpu_team_start(&st);
-
-	km_cpu_prepare(&st);
-	if (km_cpu_stopped(&st))
-	{
-		status = KM_ERR_CANCELLED;
-		goto done;
-	}
-	if (!(st.workers[0].wtotal > 0.0))
-	{
-		km_cpu_end(&st, &arena);
-		return km_cpu_fail(error, KM_ERR_INVALID, "total weight is zero");
-	}
-	memset(&p, 0, sizeof(p));
-	p.phase = KM_PHASE_PREPARE;
-	p.done = st.n;
-	p.total = st.n;
-	if (km_cpu_report(&st, &p))
-	{
-		status = KM_ERR_CANCELLED;
-		goto done;
-	}
+	status = km_cpu_fit_begin(&st, &arena, &hooks, data, params, hooks_in,
+							  own_labels ? NULL : result->labels, error);
+	if (status != KM_OK)
+		return status;
 
 	for (int run = 0; run < params->n_init; run++)
 	{
@@ -313,6 +357,33 @@ km_cpu_fit(const km_data *data, const km_params *params, const km_hooks *hooks_i
 	}
 
 done:
+	km_cpu_end(&st, &arena);
+	return km_cpu_finish(error, status);
+}
+
+/*
+ * seed: the start centroids of one run, as fit would seed them.
+ */
+static km_status
+km_cpu_seed_entry(const km_data *data, const km_params *params, int run,
+				  const km_hooks *hooks_in, float *centroids, km_error *error)
+{
+	km_hooks	hooks;
+	km_cpu_state st;
+	km_cpu_arena arena;
+	km_status	status;
+	const char *msg;
+
+	if ((msg = km_cpu_check_params(data, params)) != NULL)
+		return km_cpu_fail(error, KM_ERR_INVALID, msg);
+	if (centroids == NULL || run < 0)
+		return km_cpu_fail(error, KM_ERR_INVALID, "no room for the centroids");
+	status = km_cpu_fit_begin(&st, &arena, &hooks, data, params, hooks_in, NULL, error);
+	if (status != KM_OK)
+		return status;
+	status = km_cpu_seed(&st, params, run, error);
+	if (status == KM_OK)
+		memcpy(centroids, st.cent, sizeof(float) * st.k * st.d);
 	km_cpu_end(&st, &arena);
 	return km_cpu_finish(error, status);
 }
@@ -381,7 +452,8 @@ km_cpu_assign(const km_data *data, const float *centroids, int k,
 }
 
 /*
- * map: the assignment folded into per-cluster sums, added to partial.
+ * map: the assignment folded into per-cluster sums, added to partial (see
+ * kmeans_engine.h for exact mode).
  */
 static km_status
 km_cpu_map(const km_data *data, const float *centroids, int k,
@@ -392,30 +464,132 @@ km_cpu_map(const km_data *data, const float *centroids, int k,
 	km_cpu_state st;
 	km_cpu_arena arena;
 	km_status	status;
+	const size_t kd = (size_t) k * (data != NULL ? data->d : 0);
 
 	if (partial == NULL || partial->sums == NULL || partial->weights == NULL ||
 		partial->counts == NULL || partial->inertia == NULL)
 		return km_cpu_fail(error, KM_ERR_INVALID, "partial arrays missing");
+	partial->nfar = 0;
+	if ((partial->xsums != NULL || partial->xweights != NULL) && partial->stats == NULL)
+		return km_cpu_fail(error, KM_ERR_INVALID, "exact sums need bounds on the terms");
 	status = km_cpu_assign_begin(&st, &arena, KM_CPU_CALL_MAP, data, centroids,
 								 k, metric, hooks_in, &hooks, error);
 	if (status != KM_OK || data->n == 0)
 		return km_cpu_finish(error, status);
 
-	km_cpu_pass(&st, KM_CPU_ASSIGN | KM_CPU_SUMS | KM_CPU_COST);
-	if (km_cpu_stopped(&st))
-		status = KM_ERR_CANCELLED;
+	/* the levels: exact with the caller's bounds, else plain double sums */
+	if (partial->stats != NULL)
+	{
+		st.xstats = *partial->stats;
+		km_cpu_levels(&st);
+	}
 	else
 	{
-		km_cpu_reduce(&st, KM_CPU_SUMS | KM_CPU_COST);
-		for (size_t i = 0; i < (size_t) k * st.d; i++)
-			partial->sums[i] += st.sums[i];
+		km_xlevels_make(0, 0, 1, &st.xlev);
+		km_xlevels_make(0, 0, 1, &st.wlev);
+	}
+	if (partial->labels != NULL)
+		st.labels = partial->labels;
+	else if (partial->far != NULL)
+		st.labels = km_cpu_alloc(&arena, sizeof(int32_t) * (size_t) st.n);
+	if (!km_cpu_setup_sums(&st, &arena))
+	{
+		km_cpu_end(&st, &arena);
+		return km_cpu_fail(error, KM_ERR_NOMEM, "out of memory");
+	}
+
+	st.labels_out = st.labels;
+	km_cpu_pass(&st, KM_CPU_ASSIGN | KM_CPU_SUMS | KM_CPU_COST);
+	if (km_cpu_stopped(&st))
+	{
+		status = KM_ERR_CANCELLED;
+		goto done;
+	}
+	km_cpu_reduce(&st, KM_CPU_SUMS | KM_CPU_COST);
+	for (size_t i = 0; i < kd; i++)
+		partial->sums[i] += km_xlevels_round(st.sums + i, st.xlev.n, kd);
+	for (int j = 0; j < k; j++)
+	{
+		partial->weights[j] += st.wsumr[j];
+		partial->counts[j] += st.counts[j];
+		partial->inertia[j] += st.csum[j];
+	}
+	if (partial->xsums != NULL)
+		for (size_t i = 0; i < (size_t) st.xlev.n * kd; i++)
+			partial->xsums[i] += st.sums[i];
+	if (partial->xweights != NULL)
+		for (size_t j = 0; j < (size_t) st.wlev.n * k; j++)
+			partial->xweights[j] += st.wsum[j];
+	if (partial->xinertia != NULL)
 		for (int j = 0; j < k; j++)
+			km_xacc_merge(&partial->xinertia[j], &st.cacc[j]);
+
+	/* clusters this call left without weight: the rows to re-seed them */
+	if (partial->far != NULL)
+	{
+		int			nempty = 0;
+
+		for (int j = 0; j < k; j++)
+			if (!(st.wsumr[j] > 0.0))
+				nempty++;
+		if (nempty > 0)
 		{
-			partial->weights[j] += st.wsum[j];
-			partial->counts[j] += st.counts[j];
-			partial->inertia[j] += st.csum[j];
+			int			nfar;
+
+			st.nsel = nempty;
+			st.labels_out = NULL;
+			km_cpu_pass(&st, KM_CPU_FARTHEST);
+			if (km_cpu_stopped(&st))
+			{
+				status = KM_ERR_CANCELLED;
+				goto done;
+			}
+			nfar = km_cpu_merge(&st, -1);
+			if (nfar > nempty)
+				nfar = nempty;
+			for (int e = 0; e < nfar; e++)
+			{
+				const km_cpu_cand *c = &st.merge[e];
+
+				partial->far[e].row = c->row;
+				partial->far[e].cost = -c->key;
+				partial->far[e].hash = c->hash;
+				partial->far[e].label = st.labels[c->row];
+				partial->far[e].w = c->w;
+			}
+			partial->nfar = nfar;
 		}
 	}
+
+done:
+	km_cpu_end(&st, &arena);
+	return km_cpu_finish(error, status);
+}
+
+/*
+ * k-means|| fold (km_kmpar.h): the exact nearest of count candidates and
+ * its cost, for every row, kept where nearer than the candidates before.
+ */
+km_status
+km_cpu_kmpar_fold(const km_data *data, km_metric metric, const float *cands,
+				  int first, int count, double *cost, int32_t *label,
+				  const km_hooks *hooks_in, km_error *error)
+{
+	km_hooks	hooks;
+	km_cpu_state st;
+	km_cpu_arena arena;
+	km_status	status;
+
+	status = km_cpu_assign_begin(&st, &arena, KM_CPU_CALL_ASSIGN, data, cands,
+								 count, metric, hooks_in, &hooks, error);
+	if (status != KM_OK || data->n == 0)
+		return km_cpu_finish(error, status);
+	st.fold_cost = cost;
+	st.fold_label = label;
+	st.fold_first = first;
+	km_cpu_pass(&st, KM_CPU_ASSIGN | KM_CPU_COST);
+	if (km_cpu_stopped(&st))
+		status = KM_ERR_CANCELLED;
 	km_cpu_end(&st, &arena);
 	return km_cpu_finish(error, status);
 }
@@ -426,5 +600,6 @@ const km_engine km_cpu_engine = {
 	km_cpu_fit_workspace,
 	km_cpu_fit,
 	km_cpu_assign,
-	km_cpu_map
+	km_cpu_map,
+	km_cpu_seed_entry
 };

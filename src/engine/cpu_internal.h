@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "kmeans_engine.h"
-#include "km_fixsum.h"
+#include "km_xsum.h"
 #include "thread_pool.h"
 
 /* Nothing below is exported from the shared object: only km_cpu_engine. */
@@ -52,10 +52,15 @@ typedef enum km_cpu_call
 	KM_CPU_CALL_MAP
 } km_cpu_call;
 
-/* A row picked by its key; selections keep the smallest (key, row). */
+/*
+ * A row picked by its key; selections keep the smallest (key, hash, row):
+ * the hash (km_row_hash of the row and its weight) settles ties the same
+ * way however the rows are split, the row index only between equal rows.
+ */
 typedef struct km_cpu_cand
 {
 	double		key;
+	uint64_t	hash;
 	int64_t		row;			/* global index */
 	const float *x;				/* the row, in the caller's data */
 	float		w;
@@ -119,17 +124,16 @@ typedef struct km_cpu_worker
 	int32_t    *cand;			/* MR * k: centroids ambiguous rows may go to */
 
 	/* what a pass accumulates */
-	double	   *sums;			/* k * d */
-	double	   *wsum;			/* k */
+	double	   *sums;			/* xlev.n levels of k * d (km_xsum.h) */
+	double	   *wsum;			/* wlev.n levels of k */
 	int64_t    *counts;			/* k */
 	double	   *csum;			/* k: sum of w * exact cost */
-	km_fix	   *cfix;			/* k: the same, order-free (km_fixsum.h) */
+	km_xacc    *cacc;			/* k: the same, exactly */
 	double	   *dvec;			/* d: sum of rows (prepare) */
 	double		inertia;
 	double		wtotal;
 	double		sqsum;
-	double		amax;			/* prepare: largest |x_i| of any row */
-	float		wmax;			/* prepare: largest weight */
+	km_xstats	xs;				/* prepare: bounds on the terms of the sums */
 	int64_t		moved;
 
 	/* selections */
@@ -184,13 +188,20 @@ typedef struct km_cpu_state
 	double	   *cnorm;			/* k: cosine, km_exact_norm(cref_j) */
 	float		cmax;			/* max |c'_j| */
 
+	/* exact sums: how terms are cut (km_xsum.h) */
+	km_xstats	xstats;			/* bounds on every term of the call */
+	km_xlevels	xlev;			/* levels of the sums of rows */
+	km_xlevels	wlev;			/* levels of the sums of weights */
+	int			weighted;		/* some chunk has weights */
+
 	/* reductions and scratch (caller only) */
-	double	   *sums;			/* k * d */
-	double	   *wsum;			/* k */
+	double	   *sums;			/* xlev.n levels of k * d */
+	double	   *wsum;			/* wlev.n levels of k */
+	double	   *sumr;			/* k * d: sums rounded to double */
+	double	   *wsumr;			/* k: weights rounded to double */
 	int64_t    *counts;			/* k */
 	double	   *csum;			/* k */
-	km_fix	   *cfix;			/* k */
-	km_fixscale fixscale;		/* bounds every w * cost of a fit */
+	km_xacc    *cacc;			/* k */
 	int32_t    *empty;			/* k */
 	char	   *relocated;		/* k */
 	double	   *dtmp;			/* d */
@@ -204,13 +215,17 @@ typedef struct km_cpu_state
 	int			flags;
 	int32_t    *labels_out;		/* labels written, or NULL */
 	double	   *dist_out;		/* distances written, or NULL */
+	double	   *cost_out;		/* exact costs written, or NULL */
+	double	   *fold_cost;		/* k-means||: lowest cost so far, per row */
+	int32_t    *fold_label;		/* k-means||: its candidate, per row */
+	int			fold_first;		/* number of the first centroid of the pass */
 	int			nsel;			/* entries each worker's heap keeps */
 	uint64_t	stream;			/* stream of a key pass */
 	km_cpu_pp  *pp;
 } km_cpu_state;
 
 /* Memory: every allocation of a call, freed together. */
-#define KM_CPU_MAX_BLOCKS 48
+#define KM_CPU_MAX_BLOCKS 64
 
 typedef struct km_cpu_arena
 {
@@ -229,6 +244,7 @@ extern void km_cpu_arena_free(km_cpu_arena *arena);
 extern void km_cpu_plan(km_cpu_state *st, int64_t n, int d, int k, int n_threads);
 extern int	km_cpu_setup(km_cpu_state *st, km_cpu_arena *arena, km_cpu_call call,
 						 int need_labels, int need_hashes, int need_d2);
+extern int	km_cpu_setup_sums(km_cpu_state *st, km_cpu_arena *arena);
 extern size_t km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads);
 
 /* cpu_filter.c */
@@ -243,8 +259,9 @@ extern void km_cpu_filter_values(const km_cpu_state *st, const float *const *row
 								 int p0, int p1, float *const *out);
 
 /* cpu_kernels.c */
-extern void km_cpu_accumulate(int avx2, double *sums, const float *x,
-							  const int32_t *label, const float *w, int nt, int d);
+extern void km_cpu_accumulate(int avx2, const km_xlevels *lv, double *sums, size_t stride,
+							  const float *x, const int32_t *label, const float *w,
+							  int nt, int d);
 extern void km_cpu_rows(int avx2, const float *x, const float *mu, float *out,
 						float *xn2, int nt, int d);
 extern float km_cpu_sqnorm(int avx2, const float *x, int d);
@@ -253,6 +270,8 @@ extern float km_cpu_centre(int avx2, const float *x, const float *mu, float *out
 extern float km_cpu_normalize(int avx2, const float *x, double nrm, float *out, int d);
 extern void km_cpu_add_row(int avx2, double *acc, const float *x, int d);
 extern void km_cpu_add_row_w(int avx2, double *acc, const float *x, double w, int d);
+extern void km_cpu_xstats_rows(int avx2, const float *x, const float *w, int nt, int d,
+							   int cosine, const double *norms, km_xstats *s);
 extern void km_cpu_exact_cost4(const float *const *x, const float *const *c,
 							   const double *cnorm, int d, int cosine, double *out);
 extern void km_cpu_exact_norms(const float *x, int nrows, int d, double *out);
@@ -270,6 +289,9 @@ extern void km_cpu_set_centroids(km_cpu_state *st, const float *cref);
 extern void km_cpu_pass(km_cpu_state *st, int flags);
 extern void km_cpu_reduce(km_cpu_state *st, int flags);
 extern void km_cpu_prepare(km_cpu_state *st);
+extern void km_cpu_stats(km_cpu_state *st);
+extern void km_cpu_levels(km_cpu_state *st);
+extern void km_cpu_add_term(const km_xlevels *lv, double *lev, size_t stride, double t);
 
 /* cpu_select.c */
 extern void km_cpu_heap_push(km_cpu_cand *heap, int *len, int cap,
@@ -279,6 +301,11 @@ extern int	km_cpu_merge(km_cpu_state *st, int which);
 /* cpu_seed.c */
 extern km_status km_cpu_seed(km_cpu_state *st, const km_params *params, int run,
 							 km_error *error);
+
+/* cpu_kmpar.c */
+extern km_status km_cpu_kmeans_parallel(km_cpu_state *st, const km_params *params, int run,
+										km_error *error);
+extern const float *km_cpu_data_row(const km_data *data, int64_t row);
 
 /* cpu_lloyd.c */
 typedef struct km_cpu_run
@@ -297,13 +324,18 @@ extern double km_cpu_now(void);
 extern int	km_cpu_report(km_cpu_state *st, km_progress *progress);
 
 /*
- * Whether a comes before b in a selection: smaller key first, ties to the
- * lower row index, so a selection does not depend on how rows are split.
+ * Whether a comes before b in a selection: smaller key first, then the
+ * smaller hash, so a selection does not depend on how rows are split; the
+ * row index only orders equal rows.
  */
 static inline int
 km_cpu_before(const km_cpu_cand *a, const km_cpu_cand *b)
 {
-	return a->key < b->key || (a->key == b->key && a->row < b->row);
+	if (a->key != b->key)
+		return a->key < b->key;
+	if (a->hash != b->hash)
+		return a->hash < b->hash;
+	return a->row < b->row;
 }
 
 /* Whether the stop flag is up (any thread). */

@@ -179,6 +179,143 @@ km_cpu_add_row_body(double *acc, const float *x, double w, int d, int weighted)
 }
 
 /*
+ * The same into two levels (km_xsum.h): h = w * x rounded to a multiple of
+ * the cut by (v + magic) - magic, which the compiler may not simplify
+ * (no -ffast-math), goes to acc0, the exact rest v - h to acc1.
+ */
+KM_CPU_BODY void
+km_cpu_add_row2_body(double *acc0, double *acc1, const float *x, double w,
+					 double magic, int d, int weighted)
+{
+	km_v4df		w4 = {w, w, w, w};
+	km_v4df		m4 = {magic, magic, magic, magic};
+	int			i = 0;
+
+	for (; i + 4 <= d; i += 4)
+	{
+		km_v4df		v = __builtin_convertvector(*(const km_v4sf *) (x + i), km_v4df);
+		km_v4df		h;
+
+		if (weighted)
+			v *= w4;
+		h = (v + m4) - m4;
+		*(km_v4df *) (acc0 + i) += h;
+		*(km_v4df *) (acc1 + i) += v - h;
+	}
+	for (; i < d; i++)
+	{
+		double		v = weighted ? w * (double) x[i] : (double) x[i];
+		double		h = (v + magic) - magic;
+
+		acc0[i] += h;
+		acc1[i] += v - h;
+	}
+}
+
+/* The same into any number of levels, stride doubles apart. */
+KM_CPU_BODY void
+km_cpu_add_rowk_body(double *acc, size_t stride, const km_xlevels *lv,
+					 const float *x, double w, int d, int weighted)
+{
+	km_v4df		w4 = {w, w, w, w};
+	int			i = 0;
+
+	for (; i + 4 <= d; i += 4)
+	{
+		km_v4df		v = __builtin_convertvector(*(const km_v4sf *) (x + i), km_v4df);
+
+		if (weighted)
+			v *= w4;
+		for (int l = 1; l < lv->n; l++)
+		{
+			double		m = lv->magic[l];
+			km_v4df		m4 = {m, m, m, m};
+			km_v4df		h = (v + m4) - m4;
+
+			*(km_v4df *) (acc + (size_t) (l - 1) * stride + i) += h;
+			v -= h;
+		}
+		*(km_v4df *) (acc + (size_t) (lv->n - 1) * stride + i) += v;
+	}
+	for (; i < d; i++)
+	{
+		double		v = weighted ? w * (double) x[i] : (double) x[i];
+
+		for (int l = 1; l < lv->n; l++)
+		{
+			double		h = (v + lv->magic[l]) - lv->magic[l];
+
+			acc[(size_t) (l - 1) * stride + i] += h;
+			v -= h;
+		}
+		acc[(size_t) (lv->n - 1) * stride + i] += v;
+	}
+}
+
+/*
+ * The exponent fields of a row (see km_xstats_exponents), eight values at
+ * a time: the largest, and the smallest among nonzero values.
+ */
+KM_CPU_BODY void
+km_cpu_exponents_body(const float *x, int d, uint32_t *emax, uint32_t *emin)
+{
+	const km_v8su one = {1, 1, 1, 1, 1, 1, 1, 1};
+	const km_v8su none = {255, 255, 255, 255, 255, 255, 255, 255};
+	km_v8su		hi = {0, 0, 0, 0, 0, 0, 0, 0};
+	km_v8su		lo = none;
+	uint32_t	h = 0;
+	uint32_t	l = 255;
+	int			i = 0;
+
+	for (; i + 8 <= d; i += 8)
+	{
+		km_v8su		v = *(const km_v8su *) (x + i) & 0x7fffffffu;
+		km_v8su		e = v >> 23;
+		km_v8su		nz = (km_v8su) (v != 0);
+		km_v8su		e1 = e ^ ((e ^ one) & (km_v8su) (e < one));	/* max(e, 1) */
+		km_v8su		c = (nz & e1) | (~nz & none);
+
+		hi = hi ^ ((hi ^ e) & (km_v8su) (e > hi));
+		lo = lo ^ ((lo ^ c) & (km_v8su) (c < lo));
+	}
+	for (int j = 0; j < 8; j++)
+	{
+		h = hi[j] > h ? hi[j] : h;
+		l = lo[j] < l ? lo[j] : l;
+	}
+	for (; i < d; i++)
+	{
+		uint32_t	b;
+		uint32_t	e;
+
+		memcpy(&b, x + i, sizeof(b));
+		b &= 0x7fffffffu;
+		e = b >> 23;
+		h = e > h ? e : h;
+		if (b != 0 && (e > 0 ? e : 1) < l)
+			l = e > 0 ? e : 1;
+	}
+	*emax = h;
+	*emin = l;
+}
+
+/* Bounds on the terms of nt rows (norms: their exact norms, for cosine). */
+KM_CPU_BODY void
+km_cpu_xstats_rows_body(const float *x, const float *w, int nt, int d, int cosine,
+						const double *norms, km_xstats *s)
+{
+	for (int r = 0; r < nt; r++)
+	{
+		uint32_t	emax,
+					emin;
+
+		km_cpu_exponents_body(x + (size_t) r * d, d, &emax, &emin);
+		km_xstats_add(s, emax, emin, w != NULL ? w[r] : 1.0f, w != NULL, cosine,
+					  cosine ? norms[r] : 0.0);
+	}
+}
+
+/*
  * A tile's worth of rows (nt rows of d, contiguous) as the filter sees them:
  * centred (mu != NULL) or as they are, with their squared norms in xn2.
  */
@@ -199,15 +336,32 @@ km_cpu_rows_body(const float *x, const float *mu, float *out, float *xn2,
 
 /*
  * The M step's sums for a tile: row r added (times w[r], unless w is NULL)
- * to the sums of cluster label[r].
+ * to the sums of cluster label[r], in the levels of lv (each level stride
+ * doubles after the previous).
  */
 KM_CPU_BODY void
-km_cpu_accumulate_body(double *sums, const float *x, const int32_t *label,
-					   const float *w, int nt, int d)
+km_cpu_accumulate_body(const km_xlevels *lv, double *sums, size_t stride,
+					   const float *x, const int32_t *label, const float *w,
+					   int nt, int d)
 {
-	for (int r = 0; r < nt; r++)
-		km_cpu_add_row_body(sums + (size_t) label[r] * d, x + (size_t) r * d,
-							w != NULL ? (double) w[r] : 1.0, d, w != NULL);
+	if (lv->n == 1)
+		for (int r = 0; r < nt; r++)
+			km_cpu_add_row_body(sums + (size_t) label[r] * d, x + (size_t) r * d,
+								w != NULL ? (double) w[r] : 1.0, d, w != NULL);
+	else if (lv->n == 2)
+		for (int r = 0; r < nt; r++)
+		{
+			double	   *acc = sums + (size_t) label[r] * d;
+
+			km_cpu_add_row2_body(acc, acc + stride, x + (size_t) r * d,
+								 w != NULL ? (double) w[r] : 1.0, lv->magic[1], d,
+								 w != NULL);
+		}
+	else
+		for (int r = 0; r < nt; r++)
+			km_cpu_add_rowk_body(sums + (size_t) label[r] * d, stride, lv,
+								 x + (size_t) r * d, w != NULL ? (double) w[r] : 1.0,
+								 d, w != NULL);
 }
 
 /*
@@ -215,10 +369,18 @@ km_cpu_accumulate_body(double *sums, const float *x, const int32_t *label,
  * which copy to run.
  */
 static void
-km_cpu_accumulate_plain(double *sums, const float *x, const int32_t *label,
-						const float *w, int nt, int d)
+km_cpu_accumulate_plain(const km_xlevels *lv, double *sums, size_t stride,
+						const float *x, const int32_t *label, const float *w,
+						int nt, int d)
 {
-	km_cpu_accumulate_body(sums, x, label, w, nt, d);
+	km_cpu_accumulate_body(lv, sums, stride, x, label, w, nt, d);
+}
+
+static void
+km_cpu_xstats_rows_plain(const float *x, const float *w, int nt, int d, int cosine,
+						 const double *norms, km_xstats *s)
+{
+	km_cpu_xstats_rows_body(x, w, nt, d, cosine, norms, s);
 }
 
 static void
@@ -260,10 +422,18 @@ km_cpu_add_row_plain(double *acc, const float *x, double w, int d, int weighted)
 
 #ifdef KM_CPU_X86
 KM_CPU_AVX2 static void
-km_cpu_accumulate_avx2(double *sums, const float *x, const int32_t *label,
-					   const float *w, int nt, int d)
+km_cpu_accumulate_avx2(const km_xlevels *lv, double *sums, size_t stride,
+					   const float *x, const int32_t *label, const float *w,
+					   int nt, int d)
 {
-	km_cpu_accumulate_body(sums, x, label, w, nt, d);
+	km_cpu_accumulate_body(lv, sums, stride, x, label, w, nt, d);
+}
+
+KM_CPU_AVX2 static void
+km_cpu_xstats_rows_avx2(const float *x, const float *w, int nt, int d, int cosine,
+						const double *norms, km_xstats *s)
+{
+	km_cpu_xstats_rows_body(x, w, nt, d, cosine, norms, s);
 }
 
 KM_CPU_AVX2 static void
@@ -304,6 +474,7 @@ km_cpu_add_row_avx2(double *acc, const float *x, double w, int d, int weighted)
 }
 #else
 #define km_cpu_accumulate_avx2 km_cpu_accumulate_plain
+#define km_cpu_xstats_rows_avx2 km_cpu_xstats_rows_plain
 #define km_cpu_rows_avx2 km_cpu_rows_plain
 #define km_cpu_sqnorm_avx2 km_cpu_sqnorm_plain
 #define km_cpu_absmax_avx2 km_cpu_absmax_plain
@@ -312,15 +483,26 @@ km_cpu_add_row_avx2(double *acc, const float *x, double w, int d, int weighted)
 #define km_cpu_add_row_avx2 km_cpu_add_row_plain
 #endif
 
-/* Add nt rows (times their weights) to their clusters' sums. */
+/* Add nt rows (times their weights) to their clusters' sums, in levels. */
 void
-km_cpu_accumulate(int avx2, double *sums, const float *x, const int32_t *label,
-				  const float *w, int nt, int d)
+km_cpu_accumulate(int avx2, const km_xlevels *lv, double *sums, size_t stride,
+				  const float *x, const int32_t *label, const float *w, int nt, int d)
 {
 	if (avx2)
-		km_cpu_accumulate_avx2(sums, x, label, w, nt, d);
+		km_cpu_accumulate_avx2(lv, sums, stride, x, label, w, nt, d);
 	else
-		km_cpu_accumulate_plain(sums, x, label, w, nt, d);
+		km_cpu_accumulate_plain(lv, sums, stride, x, label, w, nt, d);
+}
+
+/* Bounds on the terms nt rows add to sums (km_xsum.h). */
+void
+km_cpu_xstats_rows(int avx2, const float *x, const float *w, int nt, int d,
+				   int cosine, const double *norms, km_xstats *s)
+{
+	if (avx2)
+		km_cpu_xstats_rows_avx2(x, w, nt, d, cosine, norms, s);
+	else
+		km_cpu_xstats_rows_plain(x, w, nt, d, cosine, norms, s);
 }
 
 /* nt rows centred into out (mu != NULL), and their squared norms. */

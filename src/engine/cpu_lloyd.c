@@ -14,23 +14,27 @@
 #include <string.h>
 
 #include "km_exact.h"
+#include "km_step.h"
 
 /*
  * Re-seed the clusters left without weight: the first (lowest id) gets the
- * row farthest from its centroid (exact cost, ties to the lowest row), the
- * next the next farthest, and so on.  The row's weighted contribution moves
- * from its old cluster to the new one, whose centroid is the row itself.
- * Returns how many clusters were re-seeded, or -1 when the pass was stopped.
+ * row farthest from its centroid (exact cost, ties to the smaller row
+ * hash), the next the next farthest, and so on.  The row's weighted
+ * contribution moves from its old cluster to the new one, whose centroid is
+ * the row itself; the sums stay exact (km_cpu_add_term).  Returns how many
+ * clusters were re-seeded, or -1 when the pass was stopped.
  */
 static int
 km_cpu_relocate(km_cpu_state *st)
 {
 	const int	d = st->d;
+	const size_t kd = (size_t) st->k * d;
+	const size_t k = (size_t) st->k;
 	int			nempty = 0;
 	int			nfar;
 
 	for (int j = 0; j < st->k; j++)
-		if (!(st->wsum[j] > 0.0))
+		if (!(st->wsumr[j] > 0.0))
 			st->empty[nempty++] = j;
 	if (nempty == 0)
 		return 0;
@@ -53,30 +57,31 @@ km_cpu_relocate(km_cpu_state *st)
 		double	   *sold = st->sums + (size_t) old * d;
 		double	   *sj = st->sums + (size_t) j * d;
 
-		if (st->cosine)
-		{
-			if (km_normalize_row(c->x, cj, d) == 0.0)
-				memset(cj, 0, sizeof(float) * d);
-		}
-		else
-			memcpy(cj, c->x, sizeof(float) * d);
-
+		km_centroid_row(c->x, d, st->cosine, cj);
 		for (int i = 0; i < d; i++)
 		{
 			double		v = (double) c->w * cj[i];
 
-			sold[i] -= v;
-			sj[i] = v;
+			km_cpu_add_term(&st->xlev, sold + i, kd, -v);
+			for (int l = 0; l < st->xlev.n; l++)
+				sj[(size_t) l * kd + i] = 0.0;
+			km_cpu_add_term(&st->xlev, sj + i, kd, v);
 		}
-		st->wsum[old] -= c->w;
-		st->wsum[j] = c->w;
+		km_cpu_add_term(&st->wlev, st->wsum + old, k, -(double) c->w);
+		for (int l = 0; l < st->wlev.n; l++)
+			st->wsum[(size_t) l * k + j] = 0.0;
+		km_cpu_add_term(&st->wlev, st->wsum + j, k, (double) c->w);
 		st->counts[j] = 1;
 		if (--st->counts[old] == 0)
 		{
-			/* nothing left: no rounding residue either */
-			memset(sold, 0, sizeof(double) * d);
-			st->wsum[old] = 0.0;
+			/* nothing left: no residue either */
+			for (int l = 0; l < st->xlev.n; l++)
+				memset(sold + (size_t) l * kd, 0, sizeof(double) * d);
+			for (int l = 0; l < st->wlev.n; l++)
+				st->wsum[(size_t) l * k + old] = 0.0;
 		}
+		st->wsumr[old] = km_xlevels_round(st->wsum + old, st->wlev.n, k);
+		st->wsumr[j] = km_xlevels_round(st->wsum + j, st->wlev.n, k);
 		st->relocated[j] = 1;
 	}
 	return nfar;
@@ -84,47 +89,29 @@ km_cpu_relocate(km_cpu_state *st)
 
 /*
  * Move every centroid with weight to its weighted mean: c_i = (float)
- * (s_i / w), all in double.  Cosine normalises the mean first, in double:
- * m_i = s_i / w, r = sqrt(sum of m_i * m_i in index order), c_i = (float)
- * (m_i / r).  Clusters without weight, and those just re-seeded (their
- * centroid is their row, exactly), keep their place; so does one whose mean
- * would not be finite.
+ * (s_i / w), s_i and w the exact sums rounded to double.  Cosine normalises
+ * the mean first, in double: m_i = s_i / w, r = sqrt(sum of m_i * m_i in
+ * index order), c_i = (float) (m_i / r).  Clusters without weight, and those
+ * just re-seeded (their centroid is their row, exactly), keep their place;
+ * so does one whose mean would not be finite.  km_centroid_mean does the
+ * arithmetic, for kmeans_step too.
  */
 static void
 km_cpu_update_centroids(km_cpu_state *st)
 {
 	const int	d = st->d;
-	double	   *m = st->dtmp;
+	const size_t kd = (size_t) st->k * d;
+	double	   *s = st->dtmp;
 
 	for (int j = 0; j < st->k; j++)
 	{
-		const double *s = st->sums + (size_t) j * d;
-		float	   *c = st->cent + (size_t) j * d;
-		double		w = st->wsum[j];
-		double		scale = 1.0;
-		int			ok = 1;
+		const double *lev = st->sums + (size_t) j * d;
 
-		if (st->relocated[j] || !(w > 0.0))
+		if (st->relocated[j] || !(st->wsumr[j] > 0.0))
 			continue;
 		for (int i = 0; i < d; i++)
-			m[i] = km_ddiv(s[i], w);
-		if (st->cosine)
-		{
-			double		nrm = 0.0;
-
-			for (int i = 0; i < d; i++)
-				nrm = km_dadd(nrm, km_dmul(m[i], m[i]));
-			scale = km_dsqrt(nrm);
-			ok = scale > 0.0 && isfinite(scale);
-			for (int i = 0; i < d && ok; i++)
-				m[i] = km_ddiv(m[i], scale);
-		}
-		for (int i = 0; i < d && ok; i++)
-			ok = isfinite((float) m[i]);
-		if (!ok)
-			continue;
-		for (int i = 0; i < d; i++)
-			c[i] = (float) m[i];
+			s[i] = km_xlevels_round(lev + i, st->xlev.n, kd);
+		km_centroid_mean(s, st->wsumr[j], d, st->cosine, st->cent + (size_t) j * d);
 	}
 }
 

@@ -52,15 +52,15 @@ km_cpu_take_row(km_cpu_state *st, int j, const float *x)
  * against it, and then no call is made.
  */
 static inline void
-km_cpu_offer(km_cpu_cand *heap, int *len, int cap, double key, int64_t row,
-			 const float *x, float w)
+km_cpu_offer(km_cpu_cand *heap, int *len, int cap, double key, uint64_t hash,
+			 int64_t row, const float *x, float w)
 {
 	km_cpu_cand c;
 
-	if (*len == cap && !(key < heap[0].key ||
-						 (key == heap[0].key && row < heap[0].row)))
+	if (*len == cap && key > heap[0].key)
 		return;
 	c.key = key;
+	c.hash = hash;
 	c.row = row;
 	c.x = x;
 	c.w = w;
@@ -87,7 +87,7 @@ km_cpu_keys_worker(void *arg, int id)
 			float		w = t.w != NULL ? t.w[i] : 1.0f;
 			double		key = km_sample_key(st->hashes[t.row + i], st->stream, w);
 
-			km_cpu_offer(wk->heap, &wk->nheap, st->nsel, key, t.row + i,
+			km_cpu_offer(wk->heap, &wk->nheap, st->nsel, key, st->hashes[t.row + i], t.row + i,
 						 t.x + (size_t) i * st->d, w);
 		}
 }
@@ -180,10 +180,10 @@ km_cpu_pp_worker(void *arg, int id)
 			{
 				/* km_sample_key(h, stream, a) is e / a for every weight a */
 				e = -log(km_uniform(st->hashes[g], pp->stream));
-				km_cpu_offer(fallback, &wk->ppn[L], 1, e / (double) w, g, x, w);
+				km_cpu_offer(fallback, &wk->ppn[L], 1, e / (double) w, st->hashes[g], g, x, w);
 				if (pp->ncand == 0 && d2 > 0.0f)
 					km_cpu_offer(wk->ppheap, &wk->ppn[0], L,
-								 e / ((double) w * d2), g, x, w);
+								 e / ((double) w * d2), st->hashes[g], g, x, w);
 			}
 			for (int l = 0; l < pp->ncand; l++)
 			{
@@ -193,7 +193,7 @@ km_cpu_pp_worker(void *arg, int id)
 				wk->pot[l] += (double) w * m;
 				if (pp->keys && m > 0.0f)
 					km_cpu_offer(wk->ppheap + (size_t) l * L, &wk->ppn[l], L,
-								 e / ((double) w * m), g, x, w);
+								 e / ((double) w * m), st->hashes[g], g, x, w);
 			}
 		}
 	}
@@ -355,6 +355,9 @@ km_cpu_seed(km_cpu_state *st, const km_params *params, int run, km_error *error)
 
 		case KM_INIT_KMEANSPP:
 			return km_cpu_kmeanspp(st, params, run);
+
+		case KM_INIT_KMEANS_PARALLEL:
+			return km_cpu_kmeans_parallel(st, params, run, error);
 	}
 	error->status = KM_ERR_INVALID;
 	return KM_ERR_INVALID;

@@ -8,6 +8,7 @@
  * fit_workspace reports exactly what a fit of that shape asks for.
  */
 #include "cpu_internal.h"
+#include "km_kmpar.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -195,16 +196,15 @@ km_cpu_worker_layout(const km_cpu_state *st, km_cpu_call call, char *base,
 	wk->cand = km_cpu_carve(base, &off, sizeof(int32_t) * KM_CPU_MR * k);
 	wk->counts = km_cpu_carve(base, &off, sizeof(int64_t) * k);
 	wk->csum = km_cpu_carve(base, &off, sizeof(double) * k);
-	wk->cfix = km_cpu_carve(base, &off, sizeof(km_fix) * k);
 	if (call != KM_CPU_CALL_ASSIGN)
 	{
-		wk->sums = km_cpu_carve(base, &off, sizeof(double) * k * d);
-		wk->wsum = km_cpu_carve(base, &off, sizeof(double) * k);
+		wk->cacc = km_cpu_carve(base, &off, sizeof(km_xacc) * k);
+		/* the rows farthest from their centroids, for re-seeding */
+		wk->heap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * k);
 	}
 	if (call == KM_CPU_CALL_FIT)
 	{
 		wk->dvec = km_cpu_carve(base, &off, sizeof(double) * d);
-		wk->heap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * k);
 		wk->ppheap = km_cpu_carve(base, &off, sizeof(km_cpu_cand) * (L * L + 1));
 		wk->ppn = km_cpu_carve(base, &off, sizeof(int) * (L + 1));
 		wk->pot = km_cpu_carve(base, &off, sizeof(double) * L);
@@ -246,13 +246,10 @@ km_cpu_setup(km_cpu_state *st, km_cpu_arena *arena, km_cpu_call call,
 	st->cnorm = km_cpu_alloc(arena, sizeof(double) * k);
 	st->counts = km_cpu_alloc(arena, sizeof(int64_t) * k);
 	st->csum = km_cpu_alloc(arena, sizeof(double) * k);
-	st->cfix = km_cpu_alloc(arena, sizeof(km_fix) * k);
-	st->fixscale.shift = KM_FIX_UNSET;
 	if (call != KM_CPU_CALL_ASSIGN)
-	{
-		st->sums = km_cpu_alloc(arena, sizeof(double) * k * d);
-		st->wsum = km_cpu_alloc(arena, sizeof(double) * k);
-	}
+		st->cacc = km_cpu_alloc(arena, sizeof(km_xacc) * k);
+	if (call == KM_CPU_CALL_MAP)
+		st->merge = km_cpu_alloc(arena, sizeof(km_cpu_cand) * team * k);
 	if (call == KM_CPU_CALL_FIT)
 	{
 		if (need_labels)
@@ -285,13 +282,102 @@ km_cpu_setup(km_cpu_state *st, km_cpu_arena *arena, km_cpu_call call,
 		return !arena->failed;
 
 	for (size_t t = 0; t < team; t++)
+	{
 		km_cpu_worker_layout(st, call, block + t * wbytes, &st->workers[t]);
+		if (st->workers[t].cacc != NULL)
+			for (size_t j = 0; j < k; j++)
+				km_xacc_init(&st->workers[t].cacc[j]);
+	}
+	if (st->cacc != NULL)
+		for (size_t j = 0; j < k; j++)
+			km_xacc_init(&st->cacc[j]);
 	return 1;
 }
 
 /*
+ * The sums of a fit or a map, once st->xlev and st->wlev are known: every
+ * worker's levels and the caller's reduction, and the rounded sums.
+ * Returns 0 when an allocation failed.
+ */
+int
+km_cpu_setup_sums(km_cpu_state *st, km_cpu_arena *arena)
+{
+	size_t		kd = (size_t) st->k * (size_t) st->d;
+	size_t		k = (size_t) st->k;
+	size_t		per = (size_t) st->xlev.n * kd + (size_t) st->wlev.n * k;
+	size_t		team = (size_t) st->nthreads;
+	double	   *block;
+
+	/* each worker's share on its own cache lines */
+	per = (per * sizeof(double) + 63) / 64 * 64 / sizeof(double);
+	block = km_cpu_alloc(arena, sizeof(double) * per * team);
+	st->sums = km_cpu_alloc(arena, sizeof(double) * (size_t) st->xlev.n * kd);
+	st->wsum = km_cpu_alloc(arena, sizeof(double) * (size_t) st->wlev.n * k);
+	st->sumr = km_cpu_alloc(arena, sizeof(double) * kd);
+	st->wsumr = km_cpu_alloc(arena, sizeof(double) * k);
+	if (arena->failed || arena->dry)
+		return !arena->failed;
+	for (size_t t = 0; t < team; t++)
+	{
+		st->workers[t].sums = block + t * per;
+		st->workers[t].wsum = block + t * per + (size_t) st->xlev.n * kd;
+	}
+	return 1;
+}
+
+/*
+ * Bytes k-means|| asks for on top of a fit's own (cpu_kmpar.c, kmpar.c): a
+ * cost per row and the draws, the candidates of km_kmpar_run, and the
+ * largest of the calls it makes (a fold against 2k candidates, a key pass,
+ * the candidates' weights).
+ */
+static size_t
+km_cpu_kmpar_bytes(int64_t n, int d, int k, int n_threads, int cosine)
+{
+	size_t		cap = (size_t) km_kmpar_max_candidates(k);
+	size_t		L = (size_t) (2 + (int) log((double) k));
+	size_t		outer = sizeof(double) * (size_t) n + sizeof(km_kmpar_draw) * 2 * (size_t) k;
+	size_t		run = cap * (sizeof(float) * 2 * (size_t) d + sizeof(double) * (4 + L) +
+							 sizeof(uint64_t) + sizeof(float));
+	size_t		fold,
+				keys,
+				weights = cap * sizeof(double) * KM_XLEV_MAX;
+	km_cpu_state st;
+	km_cpu_arena arena;
+
+	memset(&st, 0, sizeof(st));
+	st.n = n;
+	st.d = d;
+	st.k = 2 * k;
+	st.cosine = cosine;
+	km_cpu_plan(&st, n, d, 2 * k, n_threads);
+	km_cpu_arena_init(&arena, NULL, 1);
+	km_cpu_setup(&st, &arena, KM_CPU_CALL_ASSIGN, 0, 0, 0);
+	fold = arena.bytes;
+	keys = (size_t) (n_threads < 1 ? 1 : n_threads) *
+		(sizeof(km_cpu_worker) + sizeof(pthread_t) + 2 * sizeof(km_cpu_cand) * 2 * (size_t) k +
+		 4 * KM_CPU_ALIGN);
+	if (keys > fold)
+		fold = keys;
+	if (weights > fold)
+		fold = weights;
+	return outer + run + 16 * KM_CPU_ALIGN + fold;
+}
+
+/* km_kmpar.h: k-means||'s bytes for the larger of the two metrics. */
+size_t
+km_cpu_kmpar_workspace(int64_t n, int d, int k, int n_threads)
+{
+	size_t		a = km_cpu_kmpar_bytes(n, d, k, n_threads, 0);
+	size_t		b = km_cpu_kmpar_bytes(n, d, k, n_threads, 1);
+
+	return n < 1 || d < 1 || k < 1 ? 0 : (a > b ? a : b);
+}
+
+/*
  * Upper bound of the bytes a fit asks of hooks->alloc: the allocations of
- * the larger of the two metrics, with every optional array counted.
+ * the larger of the two metrics, with every optional array counted but
+ * k-means||'s (km_cpu_kmpar_workspace).
  */
 size_t
 km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads)
@@ -313,6 +399,10 @@ km_cpu_fit_workspace(int64_t n, int d, int k, int n_threads)
 		km_cpu_plan(&st, n, d, k, n_threads);
 		km_cpu_arena_init(&arena, NULL, 1);
 		km_cpu_setup(&st, &arena, KM_CPU_CALL_FIT, 1, 1, 1);
+		/* sums in two levels, which is what most data need (km_xsum.h) */
+		st.xlev.n = 2;
+		st.wlev.n = 2;
+		km_cpu_setup_sums(&st, &arena);
 		if (arena.bytes > most)
 			most = arena.bytes;
 	}

@@ -18,14 +18,19 @@
  *	  bound (km_filter_slack).  So CPU and GPU give the same labels for the same
  *	  centroids, and kmeans_assign agrees with every batch path.
  *	- Lloyd: each iteration assigns every row, counts rows whose label changed,
- *	  then moves every centroid to the weighted mean of its rows (sums in
- *	  double).  Stop when no row moved (centroids are then already the means),
+ *	  then moves every centroid to the weighted mean of its rows: the exact
+ *	  sums of the rows and of their weights, each rounded once to double
+ *	  (km_xsum.h), divided in double.  Exact sums make the centroids the same
+ *	  for any order or split of the rows, across threads and across servers.
+ *	  Stop when no row moved (centroids are then already the means),
  *	  when moved/n <= tol, or after max_iter iterations; unless no row moved,
  *	  a final assignment pass makes labels, sizes and inertia match the
  *	  centroids returned.
  *	- Empty clusters after an assignment are re-seeded with the rows farthest
- *	  from their centroid (exact distance, largest first, ties to the lowest
- *	  row index): the first empty cluster gets the farthest row, and so on.
+ *	  from their centroid (exact distance, largest first, ties to the row
+ *	  with the smaller km_row_hash, so that the choice does not depend on
+ *	  where a row sits; rows with equal hashes are equal rows, either will
+ *	  do): the first empty cluster gets the farthest row, and so on.
  *	  The row's weighted contribution moves from its old cluster to the new
  *	  one.  No centroid is ever NaN: a cluster left with no weight keeps its
  *	  previous position.
@@ -56,7 +61,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the km_engine table changes. */
-#define KM_ENGINE_ABI 1
+#define KM_ENGINE_ABI 2
 
 typedef enum km_status
 {
@@ -86,7 +91,8 @@ typedef enum km_init
 {
 	KM_INIT_KMEANSPP = 0,		/* greedy k-means++ (2 + ln k candidates) */
 	KM_INIT_RANDOM = 1,			/* k distinct rows, weighted */
-	KM_INIT_EXPLICIT = 2		/* km_params.init_centroids */
+	KM_INIT_EXPLICIT = 2,		/* km_params.init_centroids */
+	KM_INIT_KMEANS_PARALLEL = 3	/* k-means|| (Bahmani et al. 2012), CPU engine */
 } km_init;
 
 /*
@@ -187,10 +193,34 @@ typedef struct km_result
 	int			relocated;		/* empty clusters re-seeded in the best run */
 } km_result;
 
+/* A row the map step keeps for re-seeding empty clusters (km_partial.far). */
+typedef struct km_far_row
+{
+	int64_t		row;			/* index in the call's data */
+	double		cost;			/* exact cost to the centroid it was assigned */
+	uint64_t	hash;			/* km_row_hash of the row and its weight */
+	int32_t		label;
+	float		w;
+} km_far_row;
+
+struct km_xstats;
+struct km_xacc;
+
 /*
  * The map step on its own: per-cluster sums for given centroids, added to
  * what the arrays already hold, so that partitions can be mapped separately
  * and their partials summed (parallel and distributed modes).
+ *
+ * In exact mode (stats given; the CPU engine) the call also writes sums that
+ * merge exactly, so that partials of any split of the rows add up to what
+ * one fit over all of them computes: xsums and xweights receive the sums
+ * cut in the levels km_xlevels_make gives for stats and data->n (km_xsum.h:
+ * the exact sum of a cell is the sum of its levels), xinertia receives the
+ * exact per-cluster inertia, labels each row's cluster, and far, when some
+ * cluster received no weight in this call, the m rows farthest from their
+ * centroids (m = the number of such clusters), farthest first, ties to the
+ * smaller hash: a cluster empty over all partials is empty in each, so
+ * these rows are all a merge needs to re-seed as a fit would.
  */
 typedef struct km_partial
 {
@@ -198,6 +228,16 @@ typedef struct km_partial
 	double	   *weights;		/* k: sum of w */
 	int64_t    *counts;			/* k */
 	double	   *inertia;		/* k */
+
+	/* exact mode: inputs */
+	const struct km_xstats *stats;	/* bounds on this call's terms, or NULL */
+	/* exact mode: outputs (zeroed by the caller), each may be NULL */
+	double	   *xsums;			/* levels x k x d */
+	double	   *xweights;		/* levels x k */
+	struct km_xacc *xinertia;	/* k */
+	int32_t    *labels;			/* n */
+	km_far_row *far;			/* room for k rows */
+	int			nfar;			/* out: rows written to far */
 } km_partial;
 
 typedef struct km_engine
@@ -220,6 +260,16 @@ typedef struct km_engine
 	km_status	(*map) (const km_data *data, const float *centroids, int k,
 						km_metric metric, km_partial *partial,
 						const km_hooks *hooks, km_error *error);
+
+	/*
+	 * The start centroids of run number run (0-based) of a fit with these
+	 * params, k * d floats, as fit would seed them: a caller can seed on the
+	 * host and fit elsewhere from explicit centroids.  NULL in an engine that
+	 * leaves seeding to another (the GPU engine: the CPU engine's seed runs
+	 * every init method).
+	 */
+	km_status	(*seed) (const km_data *data, const km_params *params, int run,
+						 const km_hooks *hooks, float *centroids, km_error *error);
 } km_engine;
 
 /* The CPU engine, always present. */

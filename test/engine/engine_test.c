@@ -20,6 +20,10 @@
 
 #include "kmeans_engine.h"
 #include "km_exact.h"
+#include "km_hash.h"
+#include "km_kmpar.h"
+#include "km_step.h"
+#include "km_xsum.h"
 #include "cpu_internal.h"
 
 static int	n_tests;
@@ -894,7 +898,7 @@ test_deterministic(void)
 
 /*
  * Rows shuffled (weights with them) and cut into other chunks: the same
- * model, up to rounding of double sums.
+ * model, bit for bit (exact sums).
  */
 static void
 test_order_independence(void)
@@ -949,9 +953,11 @@ test_order_independence(void)
 			for (int64_t r = 0; r < ds.n; r++)
 				if (b.r.labels[r] != a.r.labels[perm[r]])
 					labels_same = 0;
-			if (!ok(a.status == KM_OK && b.status == KM_OK && ce <= 1e-6 && sizes_same &&
-					labels_same && fabs(a.r.inertia - b.r.inertia) <= 1e-9 * a.r.inertia,
-					"shuffled rows in 5 chunks, 3 threads vs 1: same model (%s, %s init)",
+			if (!ok(a.status == KM_OK && b.status == KM_OK &&
+					memcmp(a.r.centroids, b.r.centroids, sizeof(float) * 7 * 10) == 0 &&
+					sizes_same && labels_same && a.r.inertia == b.r.inertia &&
+					memcmp(a.r.cluster_inertia, b.r.cluster_inertia, sizeof(double) * 7) == 0,
+					"shuffled rows in 5 chunks, 3 threads vs 1: the same model bit for bit (%s, %s init)",
 					m ? "cosine" : "l2", ii ? "random" : "k-means++"))
 				diag("centroid rel diff %g, sizes %s, labels %s, inertia %.17g vs %.17g",
 					 ce, sizes_same ? "same" : "differ", labels_same ? "same" : "differ",
@@ -964,7 +970,7 @@ test_order_independence(void)
 	ds_free(&sh);
 }
 
-/* 1 thread against several: same labels, centroids within 1e-6. */
+/* 1 thread against several: same labels, the same centroids bit for bit. */
 static void
 test_threads(void)
 {
@@ -984,8 +990,10 @@ test_threads(void)
 		many = do_fit(ds_data(&ds), &p, &h, 1);
 		ce = max_rel(many.r.centroids, one.r.centroids, 12 * 16);
 		if (!ok(many.status == KM_OK &&
-				memcmp(many.r.labels, one.r.labels, sizeof(int32_t) * ds.n) == 0 && ce <= 1e-6,
-				"%d threads vs 1: same labels, centroids within 1e-6", threads))
+				memcmp(many.r.labels, one.r.labels, sizeof(int32_t) * ds.n) == 0 &&
+				memcmp(many.r.centroids, one.r.centroids, sizeof(float) * 12 * 16) == 0 &&
+				many.r.inertia == one.r.inertia,
+				"%d threads vs 1: same labels, centroids and inertia bit for bit", threads))
 			diag("centroid rel diff %g", ce);
 		if (threads == 4)
 			ok(t.signals_ok && t.threads_seen == 4,
@@ -1075,10 +1083,16 @@ test_relocation(void)
 	p.init_centroids = init;
 	p.max_iter = 1;
 	f = do_fit(ds_data(&tiny), &p, &h, 1);
-	ok(f.status == KM_OK && f.r.relocated == 2 &&
-	   f.r.centroids[2] == -3.0f && f.r.centroids[3] == 0.0f &&
-	   f.r.centroids[4] == 3.0f && f.r.centroids[5] == 0.0f,
-	   "empty clusters 1 and 2 get the two farthest rows, tied, lower row first");
+	{
+		/* the tie goes to the smaller row hash, wherever the row sits */
+		int			first = km_row_hash(rows[5], 2, 1.0f) < km_row_hash(rows[6], 2, 1.0f) ? 5 : 6;
+		int			second = 11 - first;
+
+		ok(f.status == KM_OK && f.r.relocated == 2 &&
+		   f.r.centroids[2] == rows[first][0] && f.r.centroids[3] == rows[first][1] &&
+		   f.r.centroids[4] == rows[second][0] && f.r.centroids[5] == rows[second][1],
+		   "empty clusters 1 and 2 get the two farthest rows, tied, the smaller hash first");
+	}
 	fit_free(&f);
 
 	/* two centroids on the data, two far away (clusters 1 and 3) */
@@ -1373,7 +1387,7 @@ test_workspace(void)
 	for (int s = 0; s < 4; s++)
 		for (int m = 0; m < 2; m++)
 			for (int threads = 1; threads <= 3; threads += 2)
-				for (int init = 0; init < 3; init++)
+				for (int init = 0; init < 4; init++)
 				{
 					int64_t		n = shapes[s][0];
 					int			d = shapes[s][1];
@@ -1382,12 +1396,13 @@ test_workspace(void)
 					km_params	p = params_for(k, (km_init) init, m ? KM_METRIC_COSINE : KM_METRIC_L2, 1);
 					test_ctx	t;
 					km_hooks	h = hooks_for(&t, threads);
-					size_t		est = km_cpu_engine.fit_workspace(n, d, k, threads);
+					size_t		est = km_cpu_engine.fit_workspace(n, d, k, threads) +
+						(init == KM_INIT_KMEANS_PARALLEL ? km_cpu_kmpar_workspace(n, d, k, threads) : 0);
 					fitres		f;
 
-					p.init_centroids = ds.x;
+					p.init_centroids = init == KM_INIT_EXPLICIT ? ds.x : NULL;
 					p.max_iter = 3;
-					p.n_init = 2;
+					p.n_init = init == KM_INIT_EXPLICIT ? 1 : 2;
 					f = do_fit(ds_data(&ds), &p, &h, init == 1);
 					if (f.status != KM_OK || t.peak_bytes > est)
 					{
@@ -1582,6 +1597,742 @@ test_fit_exact(void)
 	ok(all_ok, "fit: final labels, sizes and cluster inertia exact for the returned centroids (d 2, 7, 40; l2 at offset 1e4, cosine)");
 }
 
+/* ---------------------------------------------------------------------- */
+/* exact sums (km_xsum.h) */
+
+/* A double with a random exponent in [lo, hi] (subnormals below -1022), random sign. */
+static double
+rnd_double(uint64_t *s, int lo, int hi)
+{
+	double		m = 1.0 + rnd_unif(s);
+	int			e = lo + (int) (rnd_next(s) % (uint64_t) (hi - lo + 1));
+	double		v = ldexp(m, e);
+
+	return (rnd_next(s) & 1) ? -v : v;
+}
+
+static void
+test_xsum(void)
+{
+	uint64_t	s = 99;
+	int			pairs_ok = 1;
+	int			exact_ok = 1;
+	int			canon_ok = 1;
+
+	/* two terms: the rounded exact sum is what one IEEE addition gives */
+	for (int i = 0; i < 200000; i++)
+	{
+		int			spread = (int) (rnd_next(&s) % 5);
+		double		a = rnd_double(&s, -1074, 1022);
+		double		b;
+		km_xacc		x;
+
+		if (spread == 0)
+			b = rnd_double(&s, -1074, 1022);
+		else
+		{
+			int			e;
+
+			(void) frexp(a, &e);
+			b = rnd_double(&s, e - 60 > -1074 ? e - 60 : -1074, e + 1 < 1022 ? e + 1 : 1022);
+		}
+		if (i % 7 == 0)
+			b = -a * (1.0 + ldexp(1.0, -52));	/* cancellation */
+		km_xacc_init(&x);
+		km_xacc_add(&x, a);
+		km_xacc_add(&x, b);
+		if (km_xacc_round(&x) != a + b)
+		{
+			if (pairs_ok)
+				diag("%a + %a: %a, expected %a", a, b, km_xacc_round(&x), a + b);
+			pairs_ok = 0;
+		}
+	}
+	ok(pairs_ok, "superaccumulator: round(a + b) is the IEEE sum for 200000 pairs (subnormals, cancellation)");
+
+	/* many terms in two orders: the same canonical expansion, exact */
+	for (int i = 0; i < 2000; i++)
+	{
+		double		t[40];
+		double		e1[KM_XACC_MAXTERMS];
+		double		e2[KM_XACC_MAXTERMS];
+		int			n1,
+					n2;
+		km_xacc		x,
+					y;
+		int			nt = 2 + (int) (rnd_next(&s) % 38);
+		int			lo = -1074 + (int) (rnd_next(&s) % 2000);
+
+		for (int j = 0; j < nt; j++)
+			t[j] = rnd_double(&s, lo, lo + 40 < 1022 ? lo + 40 : 1022);
+		km_xacc_init(&x);
+		km_xacc_init(&y);
+		for (int j = 0; j < nt; j++)
+			km_xacc_add(&x, t[j]);
+		for (int j = nt - 1; j >= 0; j--)
+			km_xacc_add(&y, t[j]);
+		n1 = km_xacc_emit(&x, e1, KM_XACC_MAXTERMS);
+		n2 = km_xacc_emit(&y, e2, KM_XACC_MAXTERMS);
+		if (n1 != n2 || memcmp(e1, e2, sizeof(double) * (n1 > 0 ? n1 : 0)) != 0)
+			canon_ok = 0;
+		/* the expansion is the exact sum: terms minus expansion is zero */
+		km_xacc_init(&x);
+		for (int j = 0; j < nt; j++)
+			km_xacc_add(&x, t[j]);
+		for (int j = 0; j < n1; j++)
+			km_xacc_add(&x, -e1[j]);
+		if (!km_xacc_is_zero(&x))
+		{
+			km_xacc_normalize(&x);
+			if (!km_xacc_is_zero(&x))
+				exact_ok = 0;
+		}
+		for (int j = 1; j < n1; j++)
+			if (fabs(e1[j]) > ldexp(fabs(e1[j - 1]), -53))
+				canon_ok = 0;
+	}
+	ok(canon_ok && exact_ok,
+	   "superaccumulator: sums of up to 40 terms in two orders give the same canonical expansion, which is exact");
+}
+
+/*
+ * A data set whose double sums round: blobs in which one value in seven
+ * is many orders of magnitude smaller than the rest, so that the bits of a
+ * column's sum span more than a double holds.
+ */
+static dataset
+ds_wide(int64_t n, int d, int nb, uint64_t seed)
+{
+	dataset		ds = ds_blobs(n, d, nb, 4.0, 3.0, seed, NULL);
+	uint64_t	s = seed + 5;
+
+	for (int64_t i = 0; i < n * d; i += 7)
+		ds.x[i] = (float) ldexp(rnd_norm(&s), -20 - (int) (rnd_next(&s) % 30));
+	return ds;
+}
+
+/* Whether summing column 0 in double in two orders gives different bits. */
+static int
+double_sums_round(const dataset *ds)
+{
+	double		a = 0.0,
+				b = 0.0;
+
+	for (int64_t r = 0; r < ds->n; r++)
+		a += ds->x[r * ds->d];
+	for (int64_t r = ds->n - 1; r >= 0; r--)
+		b += ds->x[r * ds->d];
+	return a != b;
+}
+
+/* Rows of ds shuffled, weights with them, in nchunks chunks. */
+static dataset
+ds_shuffled(const dataset *ds, int nchunks, uint64_t seed, int64_t *perm)
+{
+	dataset		sh = ds_alloc(ds->n, ds->d, ds->w != NULL);
+	uint64_t	s = seed;
+
+	for (int64_t r = 0; r < ds->n; r++)
+		perm[r] = r;
+	for (int64_t r = ds->n - 1; r > 0; r--)
+	{
+		int64_t		q = (int64_t) (rnd_next(&s) % (uint64_t) (r + 1));
+		int64_t		tmp = perm[r];
+
+		perm[r] = perm[q];
+		perm[q] = tmp;
+	}
+	for (int64_t r = 0; r < ds->n; r++)
+	{
+		memcpy(sh.x + r * ds->d, ds->x + perm[r] * ds->d, sizeof(float) * ds->d);
+		if (ds->w != NULL)
+			sh.w[r] = ds->w[perm[r]];
+	}
+	ds_chunk(&sh, nchunks);
+	return sh;
+}
+
+/* One part's exact map, merged into per-cell accumulators (k * d sums, then k weights). */
+static km_status
+map_exact_into(const km_data *data, const float *c, int k, km_metric metric,
+			   const km_hooks *h, km_xacc *cells, km_xacc *inertia, int64_t *counts)
+{
+	int			d = data->d;
+	size_t		kd = (size_t) k * d;
+	km_xstats	xs;
+	km_xlevels	xl,
+				wl;
+	int			weighted = 0,
+				unweighted = 0;
+	double	   *sums = calloc(kd, sizeof(double));
+	double		wts[64] = {0},
+				ine[64] = {0};
+	int64_t		cnt[64] = {0};
+	km_partial	part;
+	km_error	err;
+	km_status	st;
+	int64_t		g = 0;
+
+	km_xstats_init(&xs);
+	for (int ch = 0; ch < data->nchunks; ch++)
+	{
+		const km_chunk *cc = &data->chunks[ch];
+
+		if (cc->n > 0)
+		{
+			if (cc->w != NULL)
+				weighted = 1;
+			else
+				unweighted = 1;
+		}
+		for (int64_t i = 0; i < cc->n; i++, g++)
+			km_xstats_row(&xs, cc->x + i * d, d, cc->w ? cc->w[i] : 1.0f, cc->w != NULL,
+						  metric == KM_METRIC_COSINE,
+						  km_exact_norm(cc->x + i * d, d));
+	}
+	km_xlevels_for(&xs, data->n, weighted, unweighted, &xl, &wl);
+	memset(&part, 0, sizeof(part));
+	part.sums = sums;
+	part.weights = wts;
+	part.counts = cnt;
+	part.inertia = ine;
+	part.stats = &xs;
+	part.xsums = calloc((size_t) xl.n * kd, sizeof(double));
+	part.xweights = calloc((size_t) wl.n * k, sizeof(double));
+	part.xinertia = inertia;
+	st = km_cpu_engine.map(data, c, k, metric, &part, h, &err);
+	for (size_t i = 0; i < kd; i++)
+		for (int l = 0; l < xl.n; l++)
+			km_xacc_add(&cells[i], part.xsums[(size_t) l * kd + i]);
+	for (int j = 0; j < k; j++)
+	{
+		for (int l = 0; l < wl.n; l++)
+			km_xacc_add(&cells[kd + j], part.xweights[(size_t) l * k + j]);
+		counts[j] += cnt[j];
+	}
+	free(part.xsums);
+	free(part.xweights);
+	free(sums);
+	return st;
+}
+
+/*
+ * Exact sums where double sums round: fits agree bit for bit across row
+ * orders, chunks and threads, and one Lloyd step computed from the exact
+ * partials of three parts is the fit's first step, bit for bit.
+ */
+static void
+test_exact_sums(void)
+{
+	for (int m = 0; m < 2; m++)
+	{
+		km_metric	metric = m ? KM_METRIC_COSINE : KM_METRIC_L2;
+		dataset		ds = ds_wide(9000, 6, 5, 61 + m);
+		int64_t    *perm = malloc(sizeof(int64_t) * ds.n);
+		dataset		sh;
+		km_params	p = params_for(5, KM_INIT_EXPLICIT, metric, 3);
+		float		init[5 * 6];
+		test_ctx	t1,
+					t2;
+		km_hooks	h1 = hooks_for(&t1, 1);
+		km_hooks	h3 = hooks_for(&t2, 3);
+		fitres		a,
+					b,
+					one;
+		km_xacc    *cells = malloc(sizeof(km_xacc) * (5 * 6 + 5));
+		km_xacc		ine[5];
+		int64_t		counts[5] = {0};
+		float		c1[5 * 6];
+		int			step_ok = 1;
+		km_status	st = KM_OK;
+
+		ds.w = malloc(sizeof(float) * ds.n);
+		for (int64_t r = 0; r < ds.n; r++)
+			ds.w[r] = (r % 5 == 0) ? 0.3f : 1.0f;
+		ds_chunk(&ds, 1);
+		sh = ds_shuffled(&ds, 5, 77, perm);
+		for (int j = 0; j < 5; j++)
+			memcpy(init + j * 6, ds.x + (int64_t) (j * 1700) * 6, sizeof(float) * 6);
+		p.init_centroids = init;
+		p.max_iter = 8;
+		a = do_fit(ds_data(&ds), &p, &h1, 0);
+		b = do_fit(ds_data(&sh), &p, &h3, 0);
+		if (!ok(double_sums_round(&ds) && a.status == KM_OK && b.status == KM_OK &&
+				memcmp(a.r.centroids, b.r.centroids, sizeof(float) * 30) == 0 &&
+				a.r.inertia == b.r.inertia && a.r.iterations == b.r.iterations,
+				"data whose double sums round (%s): shuffled, 5 chunks, 3 threads vs 1 give the same model bit for bit",
+				m ? "cosine" : "l2"))
+			diag("rounds %d, status %d %d, centroids rel diff %g, inertia %.17g %.17g, iterations %d %d",
+				 double_sums_round(&ds), a.status, b.status,
+				 max_rel(a.r.centroids, b.r.centroids, 30), a.r.inertia, b.r.inertia,
+				 a.r.iterations, b.r.iterations);
+
+		/* three parts of the shuffled rows, mapped exactly and merged */
+		p.max_iter = 1;
+		one = do_fit(ds_data(&ds), &p, &h1, 0);
+		for (int i = 0; i < 35; i++)
+			km_xacc_init(&cells[i]);
+		for (int j = 0; j < 5; j++)
+			km_xacc_init(&ine[j]);
+		for (int part = 0; part < 3; part++)
+		{
+			dataset		pd = sh;
+			int64_t		from = sh.n * part / 3,
+						to = sh.n * (part + 1) / 3;
+
+			pd.x = sh.x + from * 6;
+			pd.w = sh.w + from;
+			pd.n = to - from;
+			ds_chunk(&pd, 2);
+			st = map_exact_into(ds_data(&pd), init, 5, metric, &h3, cells, ine, counts);
+			if (st != KM_OK)
+				step_ok = 0;
+		}
+		memcpy(c1, init, sizeof(c1));
+		if (metric == KM_METRIC_COSINE)
+			for (int j = 0; j < 5; j++)
+				km_centroid_row(init + j * 6, 6, 1, c1 + j * 6);
+		for (int j = 0; j < 5; j++)
+		{
+			double		sv[6];
+			double		w = km_xacc_round(&cells[30 + j]);
+
+			for (int i = 0; i < 6; i++)
+				sv[i] = km_xacc_round(&cells[j * 6 + i]);
+			if (w > 0.0)
+				km_centroid_mean(sv, w, 6, metric == KM_METRIC_COSINE, c1 + j * 6);
+		}
+		if (!ok(step_ok && one.status == KM_OK &&
+				memcmp(c1, one.r.centroids, sizeof(c1)) == 0,
+				"three parts mapped exactly, merged and stepped: the fit's first step bit for bit (%s)",
+				m ? "cosine" : "l2"))
+			diag("centroid rel diff %g", max_rel(c1, one.r.centroids, 30));
+		fit_free(&a);
+		fit_free(&b);
+		fit_free(&one);
+		free(cells);
+		free(perm);
+		ds_free(&ds);
+		ds_free(&sh);
+	}
+}
+
+/*
+ * Sums with heavy cancellation: in one cluster a column holds pairs of
+ * values +-2^20 that cancel and, between them, values near 2^-20, so that
+ * the mean is tiny while the running sums are large.  A double sum's
+ * rounding then shows in the centroid's float; exact sums do not round.
+ */
+static void
+test_cancellation(void)
+{
+	dataset		ds = ds_alloc(8000, 3, 0);
+	uint64_t	s = 4242;
+	int64_t    *perm = malloc(sizeof(int64_t) * ds.n);
+	dataset		sh;
+	float		init[6] = {0, 0, 0, 0, 1e9f, 0};
+	km_params	p = params_for(2, KM_INIT_EXPLICIT, KM_METRIC_L2, 1);
+	test_ctx	t1,
+				t2;
+	km_hooks	h1 = hooks_for(&t1, 1);
+	km_hooks	h3 = hooks_for(&t2, 3);
+	fitres		a,
+				b;
+	float		big = 0.0f;
+
+	for (int64_t r = 0; r < ds.n; r++)
+	{
+		float	   *x = ds.x + r * 3;
+
+		if (r < 4000)
+		{
+			if (r % 4 == 0)
+				big = (float) ldexp(1.0 + rnd_unif(&s), 20);
+			x[0] = r % 4 == 0 ? big : r % 4 == 1 ? -big :
+				(float) ldexp(rnd_norm(&s), -20);
+			x[1] = (float) rnd_norm(&s);
+		}
+		else
+			x[1] = (float) (1e9 + rnd_norm(&s));
+		x[2] = (float) rnd_norm(&s);
+	}
+	sh = ds_shuffled(&ds, 4, 5, perm);
+	p.init_centroids = init;
+	p.max_iter = 3;
+	a = do_fit(ds_data(&ds), &p, &h1, 0);
+	b = do_fit(ds_data(&sh), &p, &h3, 0);
+	if (!ok(a.status == KM_OK && b.status == KM_OK &&
+			memcmp(a.r.centroids, b.r.centroids, sizeof(float) * 6) == 0,
+			"cancelling sums: shuffled, 4 chunks, 3 threads vs 1 give the same centroids bit for bit"))
+		diag("centroid 0: %a %a vs %a %a", a.r.centroids[0], a.r.centroids[1],
+			 b.r.centroids[0], b.r.centroids[1]);
+	fit_free(&a);
+	fit_free(&b);
+
+	/* the first step from three parts' exact partials */
+	{
+		km_xacc		cells[2 * 3 + 2];
+		km_xacc		ine[2];
+		int64_t		counts[2] = {0, 0};
+		float		c1[6];
+		int			good = 1;
+
+		p.max_iter = 1;
+		a = do_fit(ds_data(&ds), &p, &h1, 0);
+		for (int i = 0; i < 8; i++)
+			km_xacc_init(&cells[i]);
+		km_xacc_init(&ine[0]);
+		km_xacc_init(&ine[1]);
+		for (int q = 0; q < 3; q++)
+		{
+			dataset		pd = sh;
+			int64_t		from = sh.n * q / 3,
+						to = sh.n * (q + 1) / 3;
+
+			pd.x = sh.x + from * 3;
+			pd.n = to - from;
+			ds_chunk(&pd, 1);
+			good &= map_exact_into(ds_data(&pd), init, 2, KM_METRIC_L2, &h3, cells, ine,
+								   counts) == KM_OK;
+		}
+		memcpy(c1, init, sizeof(c1));
+		for (int j = 0; j < 2; j++)
+		{
+			double		sv[3];
+
+			for (int i = 0; i < 3; i++)
+				sv[i] = km_xacc_round(&cells[j * 3 + i]);
+			km_centroid_mean(sv, km_xacc_round(&cells[6 + j]), 3, 0, c1 + j * 3);
+		}
+		ok(good && a.status == KM_OK && memcmp(c1, a.r.centroids, sizeof(c1)) == 0,
+		   "cancelling sums: three parts mapped exactly, merged and stepped give the fit's first step bit for bit");
+		fit_free(&a);
+	}
+	free(perm);
+	ds_free(&ds);
+	ds_free(&sh);
+}
+
+/*
+ * map in exact mode keeps, when clusters got no weight, the rows farthest
+ * from their centroids: as many as such clusters, farthest first, ties to
+ * the smaller hash, with their labels.
+ */
+static void
+test_map_far(void)
+{
+	dataset		ds = ds_blobs(3000, 4, 3, 3.0, 0.0, 17, NULL);
+	float		c[5 * 4];
+	int32_t    *lab = malloc(sizeof(int32_t) * ds.n);
+	double	   *cost = malloc(sizeof(double) * ds.n);
+	double		sums[5 * 4] = {0},
+				wts[5] = {0},
+				ine[5] = {0};
+	int64_t		cnt[5] = {0};
+	km_partial	part;
+	km_far_row	far[5];
+	km_xacc		xi[5];
+	km_xstats	xs;
+	km_xlevels	xl,
+				wl;
+	double	   *xsums;
+	double		xw[5 * KM_XLEV_MAX] = {0};
+	test_ctx	t;
+	km_hooks	h = hooks_for(&t, 3);
+	km_error	err;
+	km_status	st;
+	int64_t		best[2] = {-1, -1};
+	int			good;
+
+	memcpy(c, ds.x, sizeof(float) * 12);	/* three centroids on rows */
+	for (int i = 0; i < 4; i++)
+	{
+		c[12 + i] = 1e6f;
+		c[16 + i] = -1e6f;
+	}
+	brute_labels(&ds, c, 5, 0, lab, cost);
+	for (int64_t r = 0; r < ds.n; r++)
+		for (int b = 0; b < 2; b++)
+			if (best[b] < 0 || cost[r] > cost[best[b]] ||
+				(cost[r] == cost[best[b]] &&
+				 km_row_hash(ds.x + r * 4, 4, 1.0f) < km_row_hash(ds.x + best[b] * 4, 4, 1.0f)))
+			{
+				if (b == 0)
+					best[1] = best[0];
+				best[b] = r;
+				break;
+			}
+	km_xstats_init(&xs);
+	for (int64_t r = 0; r < ds.n; r++)
+		km_xstats_row(&xs, ds.x + r * 4, 4, 1.0f, 0, 0, 0.0);
+	km_xlevels_for(&xs, ds.n, 0, 1, &xl, &wl);
+	xsums = calloc((size_t) xl.n * 20, sizeof(double));
+	for (int j = 0; j < 5; j++)
+		km_xacc_init(&xi[j]);
+	memset(&part, 0, sizeof(part));
+	part.sums = sums;
+	part.weights = wts;
+	part.counts = cnt;
+	part.inertia = ine;
+	part.stats = &xs;
+	part.xsums = xsums;
+	part.xweights = xw;
+	part.xinertia = xi;
+	part.far = far;
+	part.labels = malloc(sizeof(int32_t) * ds.n);
+	ds_chunk(&ds, 3);
+	st = km_cpu_engine.map(ds_data(&ds), c, 5, KM_METRIC_L2, &part, &h, &err);
+	good = st == KM_OK && part.nfar == 2 && far[0].row == best[0] && far[1].row == best[1] &&
+		far[0].cost == cost[best[0]] && far[0].label == lab[best[0]] &&
+		far[1].hash == km_row_hash(ds.x + best[1] * 4, 4, 1.0f) &&
+		memcmp(part.labels, lab, sizeof(int32_t) * ds.n) == 0 && t.live_blocks == 0;
+	ok(good, "map keeps the rows farthest from their centroids for the clusters it left empty");
+	free(part.labels);
+	free(xsums);
+	free(lab);
+	free(cost);
+	ds_free(&ds);
+}
+
+/* k-means|| over parts of the rows, as a coordinator would run it. */
+typedef struct parts_ctx
+{
+	int			nparts;
+	dataset    *parts;
+	uint64_t   *hashes[4];
+	double	   *cost[4];
+	int32_t    *label[4];
+	km_metric	metric;
+	const km_hooks *hooks;
+} parts_ctx;
+
+static km_status
+parts_keys(void *arg, uint64_t stream, int use_cost, int m, double *key, uint64_t *hash,
+		   float *w, float *x, int *nout, km_error *error)
+{
+	parts_ctx  *pc = (parts_ctx *) arg;
+	km_kmpar_draw *all = malloc(sizeof(km_kmpar_draw) * (size_t) m * pc->nparts);
+	int		   *from = malloc(sizeof(int) * (size_t) m * pc->nparts);
+	int			n = 0;
+
+	for (int q = 0; q < pc->nparts; q++)
+	{
+		int			got;
+		km_status	st = km_cpu_kmpar_keys(ds_data(&pc->parts[q]), pc->hashes[q],
+										   use_cost ? pc->cost[q] : NULL, stream, m,
+										   pc->hooks, all + n, &got, error);
+
+		if (st != KM_OK)
+			return st;
+		for (int i = 0; i < got; i++)
+			from[n + i] = q;
+		n += got;
+	}
+	/* merge: insertion sort by (key, hash) */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && km_kmpar_before(&all[j], &all[j - 1]); j--)
+		{
+			km_kmpar_draw t = all[j];
+			int			f = from[j];
+
+			all[j] = all[j - 1];
+			from[j] = from[j - 1];
+			all[j - 1] = t;
+			from[j - 1] = f;
+		}
+	*nout = n < m ? n : m;
+	for (int i = 0; i < *nout; i++)
+	{
+		dataset    *pd = &pc->parts[from[i]];
+
+		key[i] = all[i].key;
+		hash[i] = all[i].hash;
+		w[i] = all[i].w;
+		memcpy(x + (size_t) i * pd->d, pd->x + all[i].row * pd->d, sizeof(float) * pd->d);
+	}
+	free(all);
+	free(from);
+	return KM_OK;
+}
+
+static km_status
+parts_fold(void *arg, const float *cands, int first, int count, km_error *error)
+{
+	parts_ctx  *pc = (parts_ctx *) arg;
+
+	for (int q = 0; q < pc->nparts; q++)
+	{
+		km_status	st = km_cpu_kmpar_fold(ds_data(&pc->parts[q]), pc->metric,
+										   cands + (size_t) first * pc->parts[q].d, first,
+										   count, pc->cost[q], pc->label[q], pc->hooks, error);
+
+		if (st != KM_OK)
+			return st;
+	}
+	return KM_OK;
+}
+
+static km_status
+parts_weights(void *arg, int ncand, double *out, km_error *error)
+{
+	parts_ctx  *pc = (parts_ctx *) arg;
+	km_xacc    *acc = malloc(sizeof(km_xacc) * ncand);
+	double	   *lev = malloc(sizeof(double) * KM_XLEV_MAX * ncand);
+
+	for (int c = 0; c < ncand; c++)
+		km_xacc_init(&acc[c]);
+	for (int q = 0; q < pc->nparts; q++)
+	{
+		km_xlevels	lv;
+
+		memset(lev, 0, sizeof(double) * KM_XLEV_MAX * ncand);
+		km_cpu_kmpar_weights(ds_data(&pc->parts[q]), pc->label[q], ncand, lev, &lv);
+		for (int c = 0; c < ncand; c++)
+			for (int l = 0; l < lv.n; l++)
+				km_xacc_add(&acc[c], lev[(size_t) l * ncand + c]);
+	}
+	for (int c = 0; c < ncand; c++)
+		out[c] = km_xacc_round(&acc[c]);
+	free(acc);
+	free(lev);
+	return KM_OK;
+}
+
+/*
+ * k-means||: independent of row order, chunks and threads; run over three
+ * parts it seeds what the engine seeds over all rows; the engine's seed
+ * entry gives the start of its fit; and it finds planted blobs.
+ */
+static void
+test_kmeans_parallel(void)
+{
+	for (int m = 0; m < 2; m++)
+	{
+		km_metric	metric = m ? KM_METRIC_COSINE : KM_METRIC_L2;
+		dataset		ds = ds_wide(6000, 5, 8, 71 + m);
+		int64_t    *perm = malloc(sizeof(int64_t) * ds.n);
+		dataset		sh;
+		km_params	p = params_for(8, KM_INIT_KMEANS_PARALLEL, metric, 1234);
+		test_ctx	t1,
+					t2;
+		km_hooks	h1 = hooks_for(&t1, 1);
+		km_hooks	h3 = hooks_for(&t2, 3);
+		fitres		a,
+					b,
+					e;
+		float		seeded[8 * 5];
+		float		byparts[8 * 5];
+		km_error	err;
+		km_status	st1,
+					st2;
+		parts_ctx	pc;
+		dataset		parts[3];
+		km_kmpar_ops ops;
+
+		ds.w = malloc(sizeof(float) * ds.n);
+		for (int64_t r = 0; r < ds.n; r++)
+			ds.w[r] = (float) (1 + r % 4);
+		ds_chunk(&ds, 1);
+		sh = ds_shuffled(&ds, 5, 91, perm);
+		p.n_init = 2;
+		p.max_iter = 20;
+		a = do_fit(ds_data(&ds), &p, &h1, 0);
+		b = do_fit(ds_data(&sh), &p, &h3, 0);
+		ok(a.status == KM_OK && b.status == KM_OK &&
+		   memcmp(a.r.centroids, b.r.centroids, sizeof(float) * 40) == 0 &&
+		   a.r.inertia == b.r.inertia && a.r.best_run == b.r.best_run,
+		   "k-means|| fit: shuffled, 5 chunks, 3 threads vs 1: the same model bit for bit (%s, n_init 2)",
+		   m ? "cosine" : "l2");
+
+		/* the seed entry's start for run 1, and k-means|| over three parts */
+		st1 = km_cpu_engine.seed(ds_data(&ds), &p, 1, &h1, seeded, &err);
+		memset(&pc, 0, sizeof(pc));
+		pc.nparts = 3;
+		pc.parts = parts;
+		pc.metric = metric;
+		pc.hooks = &h3;
+		for (int q = 0; q < 3; q++)
+		{
+			int64_t		from = sh.n * q / 3,
+						to = sh.n * (q + 1) / 3;
+
+			parts[q] = sh;
+			parts[q].x = sh.x + from * 5;
+			parts[q].w = sh.w + from;
+			parts[q].n = to - from;
+			ds_chunk(&parts[q], 1 + q);
+			pc.hashes[q] = malloc(sizeof(uint64_t) * parts[q].n);
+			pc.cost[q] = malloc(sizeof(double) * parts[q].n);
+			pc.label[q] = malloc(sizeof(int32_t) * parts[q].n);
+			for (int64_t r = 0; r < parts[q].n; r++)
+			{
+				pc.hashes[q][r] = km_row_hash(parts[q].x + r * 5, 5, parts[q].w[r]);
+				pc.cost[q][r] = INFINITY;
+				pc.label[q][r] = -1;
+			}
+		}
+		ops.ctx = &pc;
+		ops.keys = parts_keys;
+		ops.fold = parts_fold;
+		ops.weights = parts_weights;
+		st2 = km_kmpar_run(&ops, 5, 8, metric, p.seed, 1, NULL, byparts, &err);
+		ok(st1 == KM_OK && st2 == KM_OK && memcmp(seeded, byparts, sizeof(seeded)) == 0,
+		   "k-means|| over three parts of the shuffled rows seeds what the engine seeds (%s)",
+		   m ? "cosine" : "l2");
+
+		/* a fit from the seed entry's start is the k-means|| fit */
+		p.n_init = 1;
+		st1 = km_cpu_engine.seed(ds_data(&ds), &p, 0, &h1, seeded, &err);
+		fit_free(&a);
+		a = do_fit(ds_data(&ds), &p, &h1, 0);
+		p.init = KM_INIT_EXPLICIT;
+		p.init_centroids = seeded;
+		e = do_fit(ds_data(&ds), &p, &h1, 0);
+		ok(st1 == KM_OK && a.status == KM_OK && e.status == KM_OK &&
+		   memcmp(a.r.centroids, e.r.centroids, sizeof(float) * 40) == 0 &&
+		   a.r.inertia == e.r.inertia && a.r.iterations == e.r.iterations &&
+		   t1.live_blocks == 0 && t2.live_blocks == 0,
+		   "seed gives the start of the fit: explicit fit from it = k-means|| fit (%s), nothing leaked",
+		   m ? "cosine" : "l2");
+		for (int q = 0; q < 3; q++)
+		{
+			free(pc.hashes[q]);
+			free(pc.cost[q]);
+			free(pc.label[q]);
+		}
+		fit_free(&a);
+		fit_free(&b);
+		fit_free(&e);
+		free(perm);
+		ds_free(&ds);
+		ds_free(&sh);
+	}
+
+	/* planted blobs: as good a start as k-means++ */
+	{
+		int32_t    *truth = malloc(sizeof(int32_t) * 20000);
+		dataset		ds = ds_blobs(20000, 8, 12, 8.0, 0.0, 81, truth);
+		km_params	p = params_for(12, KM_INIT_KMEANS_PARALLEL, KM_METRIC_L2, 5);
+		test_ctx	t;
+		km_hooks	h = hooks_for(&t, 2);
+		fitres		par,
+					pp;
+
+		p.max_iter = 50;
+		par = do_fit(ds_data(&ds), &p, &h, 0);
+		p.init = KM_INIT_KMEANSPP;
+		pp = do_fit(ds_data(&ds), &p, &h, 0);
+		if (!ok(par.status == KM_OK && pp.status == KM_OK &&
+				par.r.inertia <= 1.02 * pp.r.inertia && par.r.inertia < 1.1 * 20000 * 8,
+				"k-means|| finds 12 planted blobs: inertia per value near the noise variance 1, within 2%% of k-means++"))
+			diag("k-means|| %g, k-means++ %g", par.r.inertia, pp.r.inertia);
+		fit_free(&par);
+		fit_free(&pp);
+		free(truth);
+		ds_free(&ds);
+	}
+}
+
 int
 main(void)
 {
@@ -1604,6 +2355,11 @@ main(void)
 	test_workspace();
 	test_assign_map();
 	test_errors();
+	test_xsum();
+	test_exact_sums();
+	test_cancellation();
+	test_map_far();
+	test_kmeans_parallel();
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
 		printf("# %d of %d tests failed\n", n_failed, n_tests);

@@ -80,6 +80,12 @@ status=$?
 cat "$out/compare.tap"
 count_tap "CPU = GPU" "$out/compare.tap" $status
 
+echo "== k-means|| (seeded on the host, fitted on the GPU)"
+python3 test/gpu/kmeans_parallel_gpu.py >"$out/kmeans_parallel.tap" 2>&1
+status=$?
+cat "$out/kmeans_parallel.tap"
+count_tap "k-means||" "$out/kmeans_parallel.tap" $status
+
 echo "== concurrency"
 python3 test/gpu/concurrency_gpu.py >"$out/concurrency.tap" 2>&1
 status=$?

@@ -5,8 +5,10 @@
 # Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
 # pgTAP (test/tap), the scikit-learn comparison (test/compare), the
 # reliability suites (test/reliability: randomised properties, concurrency,
-# cancellation, memory bounds), and a watch over the server log for crashed
-# backends and leaks, after every suite and over the whole log at the end.
+# cancellation, memory bounds), many servers (test/sharded: a coordinator,
+# shards and standbys of its own), and a watch over the server log for
+# crashed backends and leaks, after every suite and over the whole log at
+# the end.
 # KM_TEST_SKIP_BIG=1 skips the multi-gigabyte parallel test;
 # KM_PROP_SECONDS sets the property run's time budget (120 s);
 # KM_TEST_PORT the throwaway server's port (55432).
@@ -90,7 +92,7 @@ watch_log engine
 
 echo "== pg_regress"
 regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
-tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v '^kmeans_gpu--' | sort)
+tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v -e '^kmeans_gpu--' -e '^kmeans_gpu_sharded--' | sort)
 mkdir -p "$tmp/regress"
 "$regress" --inputdir="$root" --outputdir="$tmp/regress" --bindir="$(pg_config --bindir)" \
 	--dbname=contrib_regression --load-extension=kmeans_gpu $tests >"$tmp/regress.log" 2>&1
@@ -133,6 +135,14 @@ for suite in property_run concurrency cancel memory_bounds; do
 	count_tap "$suite" "$tmp/$suite.tap" $status
 	watch_log "$suite"
 done
+
+# Many servers (test/sharded): its own coordinator, shards and standbys on
+# ports KM_SHARDED_PORT (56311) to KM_SHARDED_PORT + 13; it checks their logs.
+echo "== many servers: kmeans_fit_sharded, failover, postgres_fdw"
+/usr/bin/python3 test/sharded/sharded_test.py >"$tmp/sharded.tap" 2>&1
+status=$?
+cat "$tmp/sharded.tap"
+count_tap "many servers" "$tmp/sharded.tap" $status
 
 echo "== server log watch"
 test/scripts/check_server_log.sh "$tmp/pg/server.log" >"$tmp/logwatch.tap" 2>&1
