@@ -234,8 +234,10 @@ km_cpu_fit(const km_data *data, const km_params *params, const km_hooks *hooks_i
 	if (params->metric != KM_METRIC_L2 && params->metric != KM_METRIC_COSINE)
 		return km_cpu_fail(error, KM_ERR_INVALID, "unknown metric");
 	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
-		params->init != KM_INIT_EXPLICIT)
+		params->init != KM_INIT_EXPLICIT && params->init != KM_INIT_AFKMC2)
 		return km_cpu_fail(error, KM_ERR_INVALID, "unknown init");
+	if (params->init == KM_INIT_AFKMC2 && params->chain_length < 1)
+		return km_cpu_fail(error, KM_ERR_INVALID, "chain_length must be at least 1");
 	if (result->centroids == NULL || result->sizes == NULL ||
 		result->cluster_inertia == NULL)
 		return km_cpu_fail(error, KM_ERR_INVALID, "result arrays missing");
@@ -253,7 +255,7 @@ km_cpu_fit(const km_data *data, const km_params *params, const km_hooks *hooks_i
 	km_cpu_arena_init(&arena, &hooks, 0);
 	if (!km_cpu_setup(&st, &arena, KM_CPU_CALL_FIT, own_labels,
 					  params->init != KM_INIT_EXPLICIT,
-					  params->init == KM_INIT_KMEANSPP))
+					  params->init == KM_INIT_KMEANSPP || params->init == KM_INIT_AFKMC2))
 	{
 		status = KM_ERR_NOMEM;
 		goto done;

@@ -279,6 +279,9 @@ extern int	km_cpu_merge(km_cpu_state *st, int which);
 extern km_status km_cpu_seed(km_cpu_state *st, const km_params *params, int run,
 							 km_error *error);
 
+/* cpu_afkmc2.c */
+extern km_status km_cpu_afkmc2(km_cpu_state *st, const km_params *params, int run);
+
 /* cpu_lloyd.c */
 typedef struct km_cpu_run
 {

@@ -56,7 +56,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the km_engine table changes. */
-#define KM_ENGINE_ABI 1
+#define KM_ENGINE_ABI 2
 
 typedef enum km_status
 {
@@ -86,7 +86,8 @@ typedef enum km_init
 {
 	KM_INIT_KMEANSPP = 0,		/* greedy k-means++ (2 + ln k candidates) */
 	KM_INIT_RANDOM = 1,			/* k distinct rows, weighted */
-	KM_INIT_EXPLICIT = 2		/* km_params.init_centroids */
+	KM_INIT_EXPLICIT = 2,		/* km_params.init_centroids */
+	KM_INIT_AFKMC2 = 4			/* assumption-free k-MC^2 (km_afkmc2.h) */
 } km_init;
 
 /*
@@ -119,6 +120,7 @@ typedef struct km_params
 	km_metric	metric;
 	uint64_t	seed;
 	int			n_init;			/* >= 1: best of n_init runs by inertia */
+	int			chain_length;	/* KM_INIT_AFKMC2: Markov chain length, >= 1 */
 } km_params;
 
 typedef enum km_phase
@@ -224,6 +226,12 @@ typedef struct km_engine
 
 /* The CPU engine, always present. */
 extern const km_engine km_cpu_engine;
+
+/*
+ * Host bytes the CPU engine's afk-mc2 seeding asks of hooks->alloc beyond
+ * fit_workspace (cpu_afkmc2.c), for n rows of d values, k centroids.
+ */
+extern size_t km_afkmc2_bytes(int64_t n, int k, int chain_length, int n_threads, int d);
 
 #ifdef __cplusplus
 }
