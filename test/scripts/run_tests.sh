@@ -17,7 +17,7 @@ root=$PWD
 test/scripts/ensure_deps.sh || exit 1
 export PYTHONPATH="$root/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
 make -s -j"$(nproc)" || exit 1
-make -s test/engine/engine_test || exit 1
+make -s test/engine/engine_test test/engine/kmedoids_test || exit 1
 if [[ $(id -u) -eq 0 ]]; then
 	make -s install >/dev/null || exit 1
 else
@@ -87,6 +87,12 @@ status=$?
 cat "$tmp/engine.tap"
 count_tap engine "$tmp/engine.tap" $status
 watch_log engine
+
+echo "== k-medoids engine tests"
+test/engine/kmedoids_test >"$tmp/kmedoids_engine.tap" 2>&1
+status=$?
+cat "$tmp/kmedoids_engine.tap"
+count_tap "k-medoids engine" "$tmp/kmedoids_engine.tap" $status
 
 echo "== pg_regress"
 regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
