@@ -60,7 +60,8 @@ km_afkmc2_bytes(int64_t n, int k, int chain_length, int n_threads, int d)
 		km_afkmc2_work_bytes(n) + M * sizeof(int64_t) +
 		sizeof(float) * (size_t) d * ((size_t) n_threads + (size_t) chain_length) +
 		packs * (sizeof(kmd_pack) + kmd_pack_bytes(d)) +
-		sizeof(double) * (KMD_TILE_A * KMD_TILE_B + (size_t) chain_length) + 4096;
+		sizeof(double) * (KMD_TILE_A * KMD_TILE_B + KMD_MR * (size_t) d + (size_t) chain_length) +
+		4096;
 }
 
 /* Row g: its values and weight, found in the chunks. */
@@ -230,6 +231,7 @@ km_afk_run(km_afk *a, km_cpu_arena *arena)
 	kmd_pack   *packs;
 	kmd_rows	rows;
 	double	   *out;
+	double	   *xb;
 	double	   *dist;
 	float	   *ybuf;
 	uint64_t	chain_stream = km_stream(params->seed, a->run, KM_AFKMC2_STEP_CHAIN);
@@ -268,9 +270,11 @@ km_afk_run(km_afk *a, km_cpu_arena *arena)
 	kmd_space_init(&sp, KMD_METRIC_SQEUCLIDEAN, d, 0.0);
 	packs = km_cpu_alloc(arena, sizeof(kmd_pack) * npacks);
 	out = km_cpu_alloc(arena, sizeof(double) * KMD_TILE_A * KMD_TILE_B);
+	xb = km_cpu_alloc(arena, kmd_block_scratch_bytes(d));
 	dist = km_cpu_alloc(arena, sizeof(double) * m);
 	ybuf = st->cosine ? km_cpu_alloc(arena, sizeof(float) * (size_t) m * d) : NULL;
-	if (packs == NULL || out == NULL || dist == NULL || (st->cosine && ybuf == NULL))
+	if (packs == NULL || out == NULL || xb == NULL || dist == NULL ||
+		(st->cosine && ybuf == NULL))
 		return KM_ERR_NOMEM;
 	{
 		double	   *panels = km_cpu_alloc(arena, kmd_pack_bytes(d) * npacks);
@@ -298,7 +302,8 @@ km_afk_run(km_afk *a, km_cpu_arena *arena)
 		/* centroid c - 1 joins its pack */
 		last_pack->r.row[last_pack->r.n] = st->cent + (size_t) (c - 1) * d;
 		last_pack->r.m[last_pack->r.n] = 0;
-		last_pack->r.aux[last_pack->r.n] = 0.0;
+		last_pack->r.aux[last_pack->r.n] = km_exact_dot(last_pack->r.row[last_pack->r.n],
+														last_pack->r.row[last_pack->r.n], d);
 		last_pack->r.n++;
 		kmd_pack_rows(&sp, last_pack);
 
@@ -323,13 +328,13 @@ km_afk_run(km_afk *a, km_cpu_arena *arena)
 				}
 				rows.row[rows.n] = y;
 				rows.m[rows.n] = 0;
-				rows.aux[rows.n] = 0.0;
+				rows.aux[rows.n] = km_exact_dot(y, y, d);
 				rows.n++;
 				dist[j0 + i] = INFINITY;
 			}
 			for (int q = 0; q * KMD_TILE_B < c; q++)
 			{
-				kmd_block(&sp, &rows, &packs[q], out);
+				kmd_block(&sp, &rows, &packs[q], out, xb);
 				for (int i = 0; i < na; i++)
 					for (int j = 0; j < packs[q].r.n; j++)
 						if (out[(size_t) i * KMD_TILE_B + j] < dist[j0 + i])

@@ -5,19 +5,28 @@
  * k-medoids decides everything (labels, swaps, new medoids) from sums of
  * distances, so the distance between two rows is defined here as an exact
  * sequence of IEEE double operations: each coordinate converted to double,
- * one correctly rounded operation at a time, coordinates in index order, no
- * fused multiply-add (files that include this are built with
- * -ffp-contract=off).  Any engine that follows the sequence gets the same
- * bits: the CPU engine's vector kernels (kmedoids_kernels.c) compute several
- * pairs at once, lane by lane, and must match kmd_pair() exactly (the engine
- * tests check it), and a GPU kernel with __dadd_rn and __dmul_rn would too.
+ * one correctly rounded operation at a time, coordinates in index order.
+ * Any engine that follows the sequence gets the same bits: the CPU engine's
+ * vector kernels (kmedoids_kernels.c) compute several pairs at once, lane by
+ * lane, and must match kmd_pair() exactly (the engine tests check it), and a
+ * GPU kernel with __dadd_rn and __dmul_rn (or __fma_rn, see below) would too.
  *
- *	l2			sqrt(sum (x_i - y_i)^2)
- *	sqeuclidean	sum (x_i - y_i)^2
+ * The product of two floats is exact in double (24 + 24 bits of
+ * significand), so s + x * y rounds once whether it is computed as a
+ * multiply then an add or as one fused multiply-add: dot products may use
+ * FMA and still give these bits.  That is why l2 and sqeuclidean go through
+ * dot products (half the work of subtracting, squaring and adding): the
+ * squared distance is |x|^2 + |y|^2 - 2 x.y, clamped at 0, each term a
+ * sequential sum of exact products.  It is exactly 0 for identical rows
+ * (the three sums are the same sum), and off by at most a few units of
+ * 2^-52 (|x|^2 + |y|^2) otherwise, which matters only for rows much closer
+ * to each other than to the origin.
+ *
+ *	sqeuclidean	|x|^2 + |y|^2 - 2 x.y, at least 0
+ *	l2			its square root
  *	l1			sum |x_i - y_i|
- *	cosine		1 - dot(x, y) / sqrt(|x|^2 |y|^2), within [0, 2]; the squared
- *				norms are dot products of their own, so identical rows are at
- *				distance 0 exactly
+ *	cosine		1 - x.y / sqrt(|x|^2 |y|^2), within [0, 2]; identical rows
+ *				are at distance 0 exactly
  *	sqfd		signature quadratic form distance: a signature is a list of
  *				features (w, c): a weight and a point.  With the similarity
  *				s(c, e) = exp(-alpha |c - e|^2) and
@@ -26,13 +35,14 @@
  *				Q(X, Y) and Q(Y, X) add the same terms in another order, so
  *				the pair is taken in a fixed order of the two signatures
  *				(kmd_sig_before): sqfd is symmetric to the last bit, as the
- *				other metrics are.
- *				exp is kmd_exp below, built of basic operations, so that it
- *				too gives the same bits everywhere (libm's exp and CUDA's do
- *				not agree in the last place).
- *
+ *				other metrics are.  |c - e|^2 here is the sequential sum of
+ *				squared differences (km_exact_sqdist), and exp is kmd_exp
+ *				below, built of basic operations, so that it too gives the
+ *				same bits everywhere (libm's exp and CUDA's do not agree in
+ *				the last place).
+
  * "aux" is what a row contributes on its own and is computed once per row:
- * |x|^2 for cosine, Q(X, X) for sqfd, unused otherwise.
+ * |x|^2 for l2, sqeuclidean and cosine, Q(X, X) for sqfd, unused for l1.
  */
 #ifndef KMD_METRIC_H
 #define KMD_METRIC_H
@@ -92,11 +102,13 @@ kmd_exp(double x)
 	return km_dmul(p, ldexp(1.0, (int) j));
 }
 
-/* sum (x_i - y_i)^2 */
+/* |x|^2 + |y|^2 - 2 x.y from the three sums, at least 0 */
 KM_HD double
-kmd_sqdist(const float *x, const float *y, int d)
+kmd_sqdist_from_dot(double dot, double xx, double yy)
 {
-	return km_exact_sqdist(x, y, d);
+	double		s = km_dadd(km_dadd(xx, yy), -km_dmul(2.0, dot));
+
+	return s > 0.0 ? s : 0.0;
 }
 
 /* sum |x_i - y_i| */
@@ -189,12 +201,13 @@ kmd_sqfd_from_q(double qxx, double qyy, double qxy)
 }
 
 /*
- * A row's aux: |x|^2 for cosine, Q(X, X) for sqfd (m features), else 0.
+ * A row's aux: |x|^2 for l2, sqeuclidean and cosine, Q(X, X) for sqfd (m
+ * features), 0 for l1.
  */
 KM_HD double
 kmd_aux(int metric, const float *x, int m, int d, double alpha)
 {
-	if (metric == KMD_COSINE)
+	if (metric == KMD_L2 || metric == KMD_SQEUCLIDEAN || metric == KMD_COSINE)
 		return km_exact_dot(x, x, d);
 	if (metric == KMD_SQFD)
 		return kmd_sqfd_q(x, m, x, m, d, alpha);
@@ -213,9 +226,9 @@ kmd_pair(int metric, const float *x, int mx, double ax, const float *y, int my,
 	switch (metric)
 	{
 		case KMD_L2:
-			return km_dsqrt(kmd_sqdist(x, y, d));
+			return km_dsqrt(kmd_sqdist_from_dot(km_exact_dot(x, y, d), ax, ay));
 		case KMD_SQEUCLIDEAN:
-			return kmd_sqdist(x, y, d);
+			return kmd_sqdist_from_dot(km_exact_dot(x, y, d), ax, ay);
 		case KMD_L1:
 			return kmd_l1(x, y, d);
 		case KMD_COSINE:

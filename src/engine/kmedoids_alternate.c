@@ -271,7 +271,7 @@ kmd_score_worker(void *arg, int id)
 				wk->a.n = 0;
 				for (int i = 0; i < na; i++)
 					kmd_rows_add(st, &wk->a, members[i0 + i]);
-				kmd_block(&st->sp, &wk->a, &wk->pack, wk->out);
+				kmd_block(&st->sp, &wk->a, &wk->pack, wk->out, wk->xb);
 				for (int i = 0; i < na; i++)
 				{
 					const double *row = wk->out + (size_t) i * KMD_TILE_B;

@@ -215,7 +215,7 @@ kmd_nearest_worker(void *arg, int id)
 			}
 			for (int p = 0; p < nmp; p++)
 			{
-				kmd_block(&st->sp, &wk->a, &mp[p], wk->out);
+				kmd_block(&st->sp, &wk->a, &mp[p], wk->out, wk->xb);
 				for (int i = 0; i < na; i++)
 					for (int j = 0; j < mp[p].r.n; j++)
 					{
@@ -376,7 +376,7 @@ kmd_setup(kmd_state *st, km_cpu_arena *ar, kmd_call call, const kmd_params *p)
 	kmd_worker *w;
 
 	st->nblocks = (st->n + KMD_BLOCK - 1) / KMD_BLOCK;
-	if (st->sp.metric == KMD_COSINE || st->sp.metric == KMD_SQFD)
+	if (st->sp.metric != KMD_L1)
 		st->aux = km_cpu_alloc(ar, sizeof(double) * n);
 
 	st->workers = w = km_cpu_alloc(ar, sizeof(kmd_worker) * team);
@@ -385,6 +385,7 @@ kmd_setup(kmd_state *st, km_cpu_arena *ar, kmd_call call, const kmd_params *p)
 		/* one block per kind of buffer, carved per worker */
 		double	   *panel = dense ? km_cpu_alloc(ar, kmd_pack_bytes(d) * team) : NULL;
 		double	   *out = km_cpu_alloc(ar, sizeof(double) * KMD_TILE_A * KMD_TILE_B * team);
+		double	   *xb = km_cpu_alloc(ar, kmd_block_scratch_bytes(d) * team);
 		kmd_cand   *hp = call == KMD_CALL_FIT ?
 			km_cpu_alloc(ar, sizeof(kmd_cand) * heap * team) : NULL;
 		double	   *csum = call == KMD_CALL_SILHOUETTE ?
@@ -395,6 +396,7 @@ kmd_setup(kmd_state *st, km_cpu_arena *ar, kmd_call call, const kmd_params *p)
 			memset(&w[t], 0, sizeof(w[t]));
 			w[t].pack.panel = panel != NULL ? panel + (size_t) t * KMD_TILE_B * d : NULL;
 			w[t].out = out + (size_t) t * KMD_TILE_A * KMD_TILE_B;
+			w[t].xb = xb + (size_t) t * KMD_MR * d;
 			w[t].heap = hp != NULL ? hp + (size_t) t * heap : NULL;
 			w[t].csum = csum != NULL ? csum + (size_t) t * k * KMD_TILE_A : NULL;
 		}
@@ -755,7 +757,7 @@ kmd_silhouette_worker(void *arg, int id)
 			for (int j = 0; j < nb; j++)
 				kmd_rows_add(st, &wk->pack.r, j0 + j);
 			kmd_pack_rows(&st->sp, &wk->pack);
-			kmd_block(&st->sp, &wk->a, &wk->pack, wk->out);
+			kmd_block(&st->sp, &wk->a, &wk->pack, wk->out, wk->xb);
 			for (int i = 0; i < na; i++)
 			{
 				double	   *cs = wk->csum + (size_t) i * k;

@@ -118,7 +118,7 @@ kmd_batch_worker(void *arg, int id)
 			wk->a.n = 0;
 			for (int i = 0; i < na; i++)
 				kmd_rows_add(st, &wk->a, o0 + i);
-			kmd_block(&st->sp, &wk->a, st->cpack, wk->out);
+			kmd_block(&st->sp, &wk->a, st->cpack, wk->out, wk->xb);
 			for (int j = 0; j < nb; j++)
 			{
 				double	   *col = st->cols + (size_t) j * st->n + o0;
@@ -273,7 +273,7 @@ kmd_swap_worker(void *arg, int id)
 				}
 				for (int p = 0; p < nmp; p++)
 				{
-					kmd_block(&st->sp, &wk->a, &st->mpacks[p], wk->out);
+					kmd_block(&st->sp, &wk->a, &st->mpacks[p], wk->out, wk->xb);
 					for (int r = 0; r < nredo; r++)
 						for (int j = 0; j < st->mpacks[p].r.n; j++)
 						{

@@ -73,6 +73,7 @@ typedef struct kmd_worker
 	kmd_pack	pack;			/* the packed side of this worker's block */
 	kmd_rows	a;				/* the other side */
 	double	   *out;			/* KMD_TILE_A x KMD_TILE_B distances */
+	double	   *xb;				/* kmd_block's scratch */
 	double	   *csum;			/* k * KMD_TILE_A: per-cluster sums (silhouette) */
 	kmd_cand   *heap;			/* selections: up to KMD_MAX_L entries */
 	int			nheap;
@@ -164,8 +165,9 @@ typedef struct kmd_state
 extern void kmd_space_init(kmd_space *sp, int metric, int d, double alpha);
 extern void kmd_pack_rows(const kmd_space *sp, kmd_pack *pk);
 extern void kmd_block(const kmd_space *sp, const kmd_rows *a, const kmd_pack *pk,
-					  double *out);
+					  double *out, double *xb);
 extern size_t kmd_pack_bytes(int d);
+extern size_t kmd_block_scratch_bytes(int d);
 
 /* kmedoids_cpu.c */
 extern void kmd_run(kmd_state *st, km_pool_fn fn, int64_t nitems, double work);

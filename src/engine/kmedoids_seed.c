@@ -185,7 +185,7 @@ kmd_pp_worker(void *arg, int id)
 			wk->a.n = 0;
 			for (int i = 0; i < na; i++)
 				kmd_rows_add(st, &wk->a, o0 + i);
-			kmd_block(&st->sp, &wk->a, st->cpack, wk->out);
+			kmd_block(&st->sp, &wk->a, st->cpack, wk->out, wk->xb);
 			for (int i = 0; i < na; i++)
 			{
 				const double *row = wk->out + (size_t) i * KMD_TILE_B;
@@ -369,7 +369,7 @@ kmd_chain_worker(void *arg, int id)
 		{
 			int			nc = st->ncand - p * KMD_TILE_B;
 
-			kmd_block(&st->sp, &wk->a, &st->mpacks[p], wk->out);
+			kmd_block(&st->sp, &wk->a, &st->mpacks[p], wk->out, wk->xb);
 			for (int i = 0; i < na; i++)
 				for (int j = 0; j < nc && j < KMD_TILE_B; j++)
 					if (wk->out[(size_t) i * KMD_TILE_B + j] < st->delta[p0 + i])

@@ -377,11 +377,13 @@ test_kernel(void)
 				kmd_rows	a;
 				kmd_pack	pk;
 				double	   *out = malloc(sizeof(double) * KMD_TILE_A * KMD_TILE_B);
+				double	   *xb = malloc(kmd_block_scratch_bytes(d));
 
 				kmd_space_init(&sp, metric, d, 0.7);
 				if (avx2 && !sp.avx2)
 				{
 					free(out);
+					free(xb);
 					continue;
 				}
 				sp.avx2 = avx2;
@@ -402,7 +404,7 @@ test_kernel(void)
 					pk.r.aux[pk.r.n++] = aux_of(&r, 50 + j, 0.7);
 				}
 				kmd_pack_rows(&sp, &pk);
-				kmd_block(&sp, &a, &pk, out);
+				kmd_block(&sp, &a, &pk, out, xb);
 				for (int i = 0; i < 37; i++)
 					for (int j = 0; j < 29; j++)
 					{
@@ -413,6 +415,7 @@ test_kernel(void)
 					}
 				free(pk.panel);
 				free(out);
+				free(xb);
 			}
 			ok(bad == 0 && bad_c == 0, "kernel = kmd_pair bit for bit, %s, d = %d (AVX2 %d, C %d differ)",
 			   metric_names[metric], d, bad, bad_c);
@@ -473,8 +476,8 @@ test_metrics(void)
 		float		x[3] = {3.0f, 4.0f, 0.0f};
 		float		y[3] = {4.0f, -3.0f, 0.0f};
 
-		ok(kmd_pair(KMD_L2, x, 0, 0, y, 0, 0, 3, 0) == sqrt(50.0) &&
-		   kmd_pair(KMD_SQEUCLIDEAN, x, 0, 0, y, 0, 0, 3, 0) == 50.0 &&
+		ok(kmd_pair(KMD_L2, x, 0, 25.0, y, 0, 25.0, 3, 0) == sqrt(50.0) &&
+		   kmd_pair(KMD_SQEUCLIDEAN, x, 0, 25.0, y, 0, 25.0, 3, 0) == 50.0 &&
 		   kmd_pair(KMD_L1, x, 0, 0, y, 0, 0, 3, 0) == 8.0 &&
 		   kmd_pair(KMD_COSINE, x, 0, 25.0, y, 0, 25.0, 3, 0) == 1.0,
 		   "l2, sqeuclidean, l1, cosine of (3,4,0), (4,-3,0): sqrt 50, 50, 8, 1");
