@@ -20,14 +20,6 @@
 #include "kmeans_gpu.h"
 #include "kmeans_gpu_cuda.h"
 
-typedef struct KmCall
-{
-	MemoryContext context;		/* the engine's allocations */
-	ErrorData  *error;			/* raised inside a callback, re-thrown later */
-	MemoryContext error_context;	/* where to copy it */
-	int			n_init;
-} KmCall;
-
 /* hooks->alloc: huge allocations allowed, NULL instead of an ERROR */
 static void *
 KmHookAlloc(void *ctx, size_t size)
@@ -66,13 +58,21 @@ PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
 			snprintf(buf, len, "prepared the rows");
 			break;
 		case KM_PHASE_SEED:
-			snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
-					 p->run + 1, n_init, p->done, p->total);
+			if (n_init == 0)	/* k-medoids */
+				snprintf(buf, len, "seeded " INT64_FORMAT "/" INT64_FORMAT " medoids",
+						 p->done, p->total);
+			else
+				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
+						 p->run + 1, n_init, p->done, p->total);
 			break;
 		case KM_PHASE_ITERATE:
-			snprintf(buf, len, "run %d/%d, iteration %d: inertia %.6g, moved %.6f%s",
-					 p->run + 1, n_init, p->iteration, p->inertia, p->moved,
-					 p->relocated > 0 ? ", re-seeded empty clusters" : "");
+			if (n_init == 0)	/* k-medoids */
+				snprintf(buf, len, "round %d: cost %.10g, moved %.6f, medoids changed %d",
+						 p->iteration, p->inertia, p->moved, p->relocated);
+			else
+				snprintf(buf, len, "run %d/%d, iteration %d: inertia %.6g, moved %.6f%s",
+						 p->run + 1, n_init, p->iteration, p->inertia, p->moved,
+						 p->relocated > 0 ? ", re-seeded empty clusters" : "");
 			break;
 		case KM_PHASE_FINISH:
 			snprintf(buf, len, "final assignment done");
@@ -101,7 +101,7 @@ KmHookReport(void *ctx, const km_progress *progress)
 			char		line[256];
 
 			ereport(INFO,
-					(errmsg("kmeans: %s, %.3f s",
+					(errmsg("%s: %s, %.3f s", call->n_init == 0 ? "kmedoids" : "kmeans",
 							PhaseLine(progress, call->n_init, line, sizeof(line)),
 							progress->elapsed)));
 		}
@@ -126,7 +126,12 @@ IsDeviceFailure(km_status status)
 		status == KM_ERR_DEVICE_NOMEM || status == KM_ERR_UNAVAILABLE;
 }
 
-static void
+/*
+ * Start an engine call: its memory context and the hooks that wire the
+ * engine to this backend.  n_init 0 marks a k-medoids call (for progress
+ * lines).
+ */
+void
 KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
 {
 	memset(call, 0, sizeof(*call));
@@ -148,7 +153,7 @@ KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
  * Drop an engine call that returned (or is to be tried again): free its
  * memory, and raise an error caught in a callback, if any.
  */
-static void
+void
 KmCallAbandon(KmCall *call)
 {
 	MemoryContextDelete(call->context);
@@ -306,7 +311,15 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
-	KmCheckMemory(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels), "kmeans");
+	{
+		Size		need = KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels);
+
+		/* afk-mc2 takes its own memory while it seeds (cpu_afkmc2.c) */
+		if (opts->init == KM_INIT_AFKMC2)
+			need = add_size(need, km_afkmc2_bytes(m->n, opts->k, opts->chain_length,
+												  KmCpuThreads(), m->dim));
+		KmCheckMemory(need, "kmeans");
+	}
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
@@ -324,6 +337,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	params.metric = opts->metric;
 	params.seed = (uint64) opts->seed;
 	params.n_init = opts->n_init;
+	params.chain_length = opts->chain_length;
 
 	memset(&result, 0, sizeof(result));
 	result.centroids = out->centroids;

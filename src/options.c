@@ -23,8 +23,9 @@
 #include "utils/numeric.h"
 
 #include "kmeans_gpu.h"
+#include "km_afkmc2.h"
 
-#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine"
+#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine, chain_length"
 
 /* Defaults, documented in README and in kmeans_fit's signature. */
 void
@@ -37,6 +38,7 @@ KmOptionsDefaults(KmOptions *opts)
 	opts->metric = KM_METRIC_L2;
 	opts->n_init = 1;
 	opts->engine = -1;
+	opts->chain_length = KM_AFKMC2_CHAIN_LENGTH;
 }
 
 const char *
@@ -54,6 +56,8 @@ KmInitName(km_init init)
 			return "random";
 		case KM_INIT_EXPLICIT:
 			return "explicit";
+		case KM_INIT_AFKMC2:
+			return "afk-mc2";
 		default:
 			return "k-means++";
 	}
@@ -68,11 +72,13 @@ KmOptionsSetInit(KmOptions *opts, const char *init)
 		opts->init = KM_INIT_RANDOM;
 	else if (strcmp(init, "explicit") == 0)
 		opts->init = KM_INIT_EXPLICIT;
+	else if (strcmp(init, "afk-mc2") == 0)
+		opts->init = KM_INIT_AFKMC2;
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown init method \"%s\"", init),
-				 errhint("Use 'k-means++', 'random', or 'explicit' with init_centroids.")));
+				 errhint("Use 'k-means++', 'random', 'afk-mc2', or 'explicit' with init_centroids.")));
 	opts->init_given = true;
 }
 
@@ -101,11 +107,26 @@ KmOptionsSetEngine(KmOptions *opts, const char *engine)
 				 errhint("Use 'auto', 'cpu' or 'gpu'.")));
 }
 
-/* The engine asked for: the option, else kmeans_gpu.engine. */
+/*
+ * The engine asked for: the option, else kmeans_gpu.engine.  afk-mc2 seeds
+ * on the CPU engine only, for now: 'auto' runs such fits on the CPU, 'gpu'
+ * refuses them.
+ */
 KmEngineChoice
 KmOptionsEngine(const KmOptions *opts)
 {
-	return opts->engine >= 0 ? (KmEngineChoice) opts->engine : KmEngineSetting();
+	KmEngineChoice choice = opts->engine >= 0 ? (KmEngineChoice) opts->engine : KmEngineSetting();
+
+	if (opts->init == KM_INIT_AFKMC2 && choice != KM_ENGINE_CPU)
+	{
+		if (choice == KM_ENGINE_GPU)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("init 'afk-mc2' is not available on the GPU engine"),
+					 errhint("Use engine 'cpu' or 'auto', or another init.")));
+		choice = KM_ENGINE_CPU;
+	}
+	return choice;
 }
 
 /*
@@ -341,7 +362,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		if (strcmp(key, "max_iter") != 0 && strcmp(key, "tol") != 0 &&
 			strcmp(key, "init") != 0 && strcmp(key, "init_centroids") != 0 &&
 			strcmp(key, "metric") != 0 && strcmp(key, "seed") != 0 &&
-			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0)
+			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0 &&
+			strcmp(key, "chain_length") != 0)
 			goto unknown;
 		return;
 	}
@@ -365,6 +387,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		opts->n_init = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
 	else if (strcmp(key, "engine") == 0)
 		KmOptionsSetEngine(opts, JsonString(key, v));
+	else if (strcmp(key, "chain_length") == 0)
+		opts->chain_length = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
 	else
 		goto unknown;
 	return;
@@ -445,6 +469,10 @@ KmOptionsCheck(const KmOptions *opts)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("n_init must be at least 1, not %d", opts->n_init)));
+	if (opts->chain_length < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chain_length must be at least 1, not %d", opts->chain_length)));
 	if (opts->init == KM_INIT_EXPLICIT && opts->init_centroids == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -504,4 +532,26 @@ KmOptionsCheckData(const KmOptions *opts, int64 n, int dim)
 									j + 1)));
 			}
 	}
+}
+
+/*
+ * The jsonb readers above, for the options of other functions (k-medoids):
+ * the same types, ranges and messages.
+ */
+int64
+KmJsonInteger(const char *key, const JsonbValue *v, int64 min, int64 max)
+{
+	return JsonInteger(key, v, min, max);
+}
+
+double
+KmJsonNumber(const char *key, const JsonbValue *v)
+{
+	return JsonNumber(key, v);
+}
+
+char *
+KmJsonString(const char *key, const JsonbValue *v)
+{
+	return JsonString(key, v);
 }

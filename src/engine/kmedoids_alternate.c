@@ -63,6 +63,7 @@ kmd_alternate(const kmd_steps *steps, const kmd_data *data, const kmd_params *pa
 	int			it;
 	int64_t		swaps = 0;
 	int			changes = 0;
+	double		t0 = km_cpu_now();
 	km_progress pr;
 
 	km_cpu_arena_init(&ar, hooks, 0);
@@ -121,6 +122,7 @@ kmd_alternate(const kmd_steps *steps, const kmd_data *data, const kmd_params *pa
 		pr.inertia = cost;
 		pr.moved = (double) moved / (double) n;
 		pr.relocated = changes;
+		pr.elapsed = km_cpu_now() - t0;
 		if (hooks->report != NULL && hooks->report(hooks->ctx, &pr) != 0)
 		{
 			status = KM_ERR_CANCELLED;
@@ -206,6 +208,7 @@ kmd_alternate(const kmd_steps *steps, const kmd_data *data, const kmd_params *pa
 	memset(&pr, 0, sizeof(pr));
 	pr.phase = KM_PHASE_FINISH;
 	pr.inertia = result->cost;
+	pr.elapsed = km_cpu_now() - t0;
 	if (hooks->report != NULL && hooks->report(hooks->ctx, &pr) != 0)
 		status = KM_ERR_CANCELLED;
 
