@@ -3,6 +3,7 @@
 -- does not seed this way yet: 'auto' runs such fits on the CPU (the refusal
 -- under 'gpu' is in kmedoids_bad_input.sql).
 SET extra_float_digits = 0;
+SET kmeans_gpu.engine = auto;
 
 CREATE TABLE af_pts (id bigint, v real[], w float8);
 INSERT INTO af_pts
@@ -10,10 +11,8 @@ SELECT i, ARRAY[(i % 5) * 10 + (i % 7) * 0.5 + (i % 11) * 0.01, (i % 5) * 3 - (i
        1 + i % 4
 FROM generate_series(1, 500) i;
 
-SET kmeans_gpu.engine = auto;
 SELECT (m).init, (m).engine, (m).k, (m).sizes, round((m).inertia::numeric, 4) AS inertia
 FROM (SELECT kmeans_fit('af_pts', 'v', 5, init => 'afk-mc2', seed => 1) AS m) s;
-RESET kmeans_gpu.engine;
 -- reproducible, and independent of row order
 SELECT kmeans_fit('af_pts', 'v', 5, init => 'afk-mc2', seed => 4) =
        kmeans_fit('af_pts', 'v', 5, init => 'afk-mc2', seed => 4) AS reproducible;
@@ -44,3 +43,4 @@ SELECT array_length((m).sizes, 1) AS k, (m).inertia
 FROM (SELECT kmeans(v, 10, '{"init": "afk-mc2", "seed": 1}') AS m FROM af_pts WHERE id <= 10) s;
 
 DROP TABLE af_pts;
+RESET kmeans_gpu.engine;
