@@ -3,7 +3,8 @@
 # server, run every suite, and end with one line "N passed, M failed".
 #
 # Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
-# pgTAP (test/tap), the scikit-learn comparison (test/compare), the
+# pgTAP (test/tap), the comparisons with scikit-learn and the kmedoids
+# package (test/compare), the
 # reliability suites (test/reliability: randomised properties, concurrency,
 # cancellation, memory bounds), and a watch over the server log for crashed
 # backends and leaks, after every suite and over the whole log at the end.
@@ -129,6 +130,20 @@ status=$?
 cat "$tmp/compare.tap"
 count_tap sklearn "$tmp/compare.tap" $status
 watch_log sklearn
+
+echo "== kmeans_score and kmeans_sweep against scikit-learn's metrics"
+/usr/bin/python3 test/compare/score_compare.py >"$tmp/score_compare.tap" 2>&1
+status=$?
+cat "$tmp/score_compare.tap"
+count_tap "scores" "$tmp/score_compare.tap" $status
+watch_log scores
+
+echo "== k-medoids against the kmedoids package (FasterPAM)"
+/usr/bin/python3 test/compare/kmedoids_compare.py >"$tmp/kmedoids_compare.tap" 2>&1
+status=$?
+cat "$tmp/kmedoids_compare.tap"
+count_tap "k-medoids" "$tmp/kmedoids_compare.tap" $status
+watch_log k-medoids
 
 # The reliability suites (test/reliability): each prints TAP.
 for suite in property_run concurrency cancel memory_bounds; do
