@@ -262,7 +262,7 @@ kmd_score_worker(void *arg, int id)
 
 		for (int64_t p = first; p < end; p++)
 			st->job_sums[p] = 0.0;
-		for (int64_t j0 = c0; j0 < c1 && !kmd_stopped(st); j0 += KMD_TILE_B)
+		for (int64_t j0 = c0; j0 < c1 && !kmd_poll(st, id); j0 += KMD_TILE_B)
 		{
 			int			nb = c1 - j0 < KMD_TILE_B ? (int) (c1 - j0) : KMD_TILE_B;
 

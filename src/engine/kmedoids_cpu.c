@@ -50,15 +50,25 @@ kmd_run(kmd_state *st, km_pool_fn fn, int64_t nitems, double work)
 }
 
 /*
+ * Whether to stop: worker 0 asks the caller's hook (and raises the flag for
+ * everyone), the others look at the flag.  Long items call it as they go.
+ */
+int
+kmd_poll(kmd_state *st, int id)
+{
+	if (id == 0 && st->hooks->poll != NULL && st->hooks->poll(st->hooks->ctx) != 0)
+		__atomic_store_n(&st->stop, 1, __ATOMIC_RELAXED);
+	return kmd_stopped(st);
+}
+
+/*
  * The next work item of a job; 0 when there is none left or the job was
  * stopped.  Worker 0 polls the caller's hook before each of its items.
  */
 int
 kmd_take(kmd_state *st, int id, int64_t *item)
 {
-	if (id == 0 && st->hooks->poll != NULL && st->hooks->poll(st->hooks->ctx) != 0)
-		__atomic_store_n(&st->stop, 1, __ATOMIC_RELAXED);
-	if (kmd_stopped(st))
+	if (kmd_poll(st, id))
 		return 0;
 	*item = __atomic_fetch_add(&st->next, 1, __ATOMIC_RELAXED);
 	return *item < st->nitems;
@@ -749,7 +759,7 @@ kmd_silhouette_worker(void *arg, int id)
 		wk->a.n = 0;
 		for (int i = 0; i < na; i++)
 			kmd_rows_add(st, &wk->a, i0 + i);
-		for (int64_t j0 = 0; j0 < st->n && !kmd_stopped(st); j0 += KMD_TILE_B)
+		for (int64_t j0 = 0; j0 < st->n && !kmd_poll(st, id); j0 += KMD_TILE_B)
 		{
 			int			nb = st->n - j0 < KMD_TILE_B ? (int) (st->n - j0) : KMD_TILE_B;
 

@@ -172,6 +172,7 @@ extern size_t kmd_block_scratch_bytes(int d);
 /* kmedoids_cpu.c */
 extern void kmd_run(kmd_state *st, km_pool_fn fn, int64_t nitems, double work);
 extern int	kmd_take(kmd_state *st, int id, int64_t *item);
+extern int	kmd_poll(kmd_state *st, int id);
 extern int	kmd_report(kmd_state *st, km_progress *p);
 extern void kmd_rows_add(const kmd_state *st, kmd_rows *r, int64_t row);
 extern void kmd_pack_cols(kmd_state *st, kmd_pack *pk, const int64_t *cols, int ncols);
