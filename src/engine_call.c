@@ -66,7 +66,10 @@ PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
 						 p->run + 1, n_init, p->done, p->total);
 			break;
 		case KM_PHASE_ITERATE:
-			if (n_init == 0)	/* k-medoids */
+			if (n_init == 0 && p->moved < 0)	/* k-medoids, FasterPAM */
+				snprintf(buf, len, "pass %d: cost %.10g, swaps %d",
+						 p->iteration, p->inertia, p->relocated);
+			else if (n_init == 0)	/* k-medoids, alternating */
 				snprintf(buf, len, "round %d: cost %.10g, moved %.6f, medoids changed %d",
 						 p->iteration, p->inertia, p->moved, p->relocated);
 			else

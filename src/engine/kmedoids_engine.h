@@ -156,9 +156,10 @@ typedef struct kmd_steps
 
 /*
  * Progress goes through hooks->report as km_progress: KM_PHASE_SEED while
- * seeding, KM_PHASE_ITERATE after every round or pass (inertia = cost,
- * moved = fraction of rows whose label changed, relocated = medoids
- * changed), KM_PHASE_FINISH at the end.
+ * seeding, KM_PHASE_ITERATE after every round or pass (inertia = cost;
+ * alternate: moved = fraction of rows whose label changed, relocated =
+ * medoids changed; fasterpam: moved = -1, relocated = swaps of the pass),
+ * KM_PHASE_FINISH at the end.
  */
 typedef struct kmd_engine
 {

@@ -356,6 +356,7 @@ kmd_fasterpam(kmd_state *st, const kmd_params *params, kmd_result *result)
 				pr.phase = KM_PHASE_ITERATE;
 				pr.iteration = passes;
 				pr.inertia = cost;
+				pr.moved = -1.0;	/* no moved fraction: swaps instead */
 				pr.relocated = (int) (pass_swaps < INT32_MAX ? pass_swaps : INT32_MAX);
 				if (kmd_report(st, &pr))
 					return KM_ERR_CANCELLED;
@@ -404,6 +405,19 @@ kmd_fasterpam(kmd_state *st, const kmd_params *params, kmd_result *result)
 		pos += nb;
 		if (pos == n)
 			pos = 0;
+	}
+
+	if (converged)
+	{
+		/* the pass that found no swap ended early: it is reported here */
+		memset(&pr, 0, sizeof(pr));
+		pr.phase = KM_PHASE_ITERATE;
+		pr.iteration = passes;
+		pr.inertia = cost;
+		pr.moved = -1.0;
+		pr.relocated = (int) (pass_swaps < INT32_MAX ? pass_swaps : INT32_MAX);
+		if (kmd_report(st, &pr))
+			return KM_ERR_CANCELLED;
 	}
 
 	memcpy(result->medoids, st->medoids, sizeof(int64_t) * st->k);

@@ -273,6 +273,30 @@ def sweep_case(cur, X):
               "\n".join(diag))
 
 
+def check_verbose(conn, X):
+    """kmeans_gpu.verbose: a line per round (alternate) or pass (fasterpam)."""
+    import collections
+    import re
+    cur = conn.cursor()
+    load(cur, "vb", X)
+    for method, word in (("alternate", "round"), ("fasterpam", "pass")):
+        conn.notices = collections.deque()
+        cur.execute("SET kmeans_gpu.\"verbose\" = on")
+        cur.execute("SELECT (m).iterations, (m).converged FROM (SELECT kmedoids_fit('vb', 'v', 5, seed => 1, "
+                    "method => %s) AS m) s", (method,))
+        iterations, converged = cur.fetchone()
+        cur.execute("RESET kmeans_gpu.\"verbose\"")
+        text = "".join(conn.notices)
+        pattern = (r"INFO:  kmedoids: round (\d+): cost [0-9.e+]+, moved [0-9.]+, medoids changed \d+, [0-9.]+ s"
+                   if method == "alternate" else
+                   r"INFO:  kmedoids: pass (\d+): cost [0-9.e+]+, swaps \d+, [0-9.]+ s")
+        lines = re.findall(pattern, text)
+        tap.check(lines == [str(i) for i in range(1, iterations + 1)] and "final assignment done" in text,
+                  f"kmeans_gpu.verbose reports every {word} of {method} ({iterations})", text)
+        tap.check(re.search(r"INFO:  kmedoids: \d+ rows of \d+ values into 5 clusters, metric l2, method "
+                            + method, text) is not None, f"kmeans_gpu.verbose announces the {method} fit", text)
+
+
 def main():
     admin = create_database("kmeans_score_compare")
     conn = connect("kmeans_score_compare")
@@ -293,6 +317,7 @@ def main():
     kmedoids_case(cur, "blobs", B, 6, "l1", sample=900, seed=12)
     sqfd_case(cur, rng)
     sweep_case(cur, B)
+    check_verbose(conn, A)
     if os.path.exists(FASHION):
         F = fashion(3000)
         kmeans_case(cur, "Fashion-MNIST", F, 10, sample=1000, seed=1)
