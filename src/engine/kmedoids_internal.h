@@ -75,7 +75,7 @@ typedef struct kmd_worker
 	double	   *out;			/* KMD_TILE_A x KMD_TILE_B distances */
 	double	   *xb;				/* kmd_block's scratch */
 	double	   *csum;			/* k * KMD_TILE_A: per-cluster sums (silhouette) */
-	kmd_cand   *heap;			/* selections: up to KMD_MAX_L entries */
+	kmd_cand   *heap;			/* selections: up to max(k, KMD_MAX_L) entries */
 	int			nheap;
 } __attribute__((aligned(64))) kmd_worker;
 
@@ -103,7 +103,7 @@ typedef struct kmd_state
 	int64_t		nitems;
 
 	/* per row */
-	double	   *aux;			/* kmd_aux of every row (cosine, sqfd) */
+	double	   *aux;			/* kmd_aux of every row (every metric but l1) */
 	uint64_t   *hashes;			/* km_row_hash of every row */
 	int64_t		nblocks;		/* KMD_BLOCK blocks of rows */
 
@@ -119,13 +119,6 @@ typedef struct kmd_state
 	int32_t    *second;			/* n: second nearest (fasterpam) */
 	double	   *ds;				/* n: distance to it */
 
-	/* alternate */
-	int64_t    *members;		/* n: rows by cluster */
-	int64_t    *offsets;		/* k + 1 */
-	double	   *sums;			/* n: score of members[p] */
-	char	   *todo;			/* k: clusters to score */
-	int32_t    *prev_label;		/* n */
-
 	/* fasterpam */
 	double	   *cols;			/* bcap x n: distances of a batch of candidates */
 	int			bcap;			/* candidates per batch */
@@ -137,8 +130,7 @@ typedef struct kmd_state
 	kmd_pack   *cpack;			/* candidates of a pass, or a FasterPAM batch */
 	double	   *dmin;			/* n: distance to the nearest medoid so far */
 	kmd_cand   *merge;			/* nthreads * KMD_MAX_L */
-	int64_t		cand[KMD_MAX_L + 1];	/* columns of a seeding pass */
-	int			ncand;
+	int			ncand;			/* candidates of a seeding pass */
 	int			fold;			/* column 0 is the last medoid, to fold into dmin */
 	uint64_t	stream;			/* key stream of a selection pass */
 	int			nsel;			/* entries a selection keeps */
@@ -148,7 +140,6 @@ typedef struct kmd_state
 	const kmd_pack *job_packs;	/* nearest pass: the medoids */
 	int32_t    *out_label;		/* nearest pass: labels written */
 	double	   *out_dist;		/* nearest pass: distances written */
-	const char *job_todo;		/* score: clusters to score */
 	const int64_t *job_members; /* score: rows by cluster */
 	const int64_t *job_offsets; /* score: where each cluster starts */
 	int64_t    *job_items;		/* score: (cluster, first, end) per item */

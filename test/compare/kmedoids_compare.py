@@ -74,7 +74,7 @@ def compare(cur, name, X, k):
                    FROM (SELECT kmedoids_fit('kc', 'v', %s, seed => 1, id_column => 'id') AS m) s""", (k,))
     alt_ids, alt_cost = cur.fetchone()
 
-    D = pairwise_distances(X, metric="euclidean")   # float32 for float32 rows
+    D = pairwise_distances(X, metric="euclidean", n_jobs=-1)   # float32 for float32 rows
     theirs = kmedoids.fasterpam(D, k, max_iter=100, init="random", random_state=1, n_cpu=1)
     del D
     theirs_cost = cost_of(X, theirs.medoids)
