@@ -606,6 +606,40 @@ test_alternate(void)
 	}
 }
 
+/*
+ * Integer points on a small grid under l1: distances and scores tie all the
+ * time, so the tie rules decide: labels to the lowest cluster, new medoids
+ * to the lowest row.
+ */
+static void
+test_ties(void)
+{
+	rows		r = make_blobs(240, 2, 1, 0.0, 1, KMD_L1);
+	uint64_t	seed = 17;
+	double	   *D;
+	int64_t		med[4] = {0, 60, 120, 180};
+	int32_t    *lab = malloc(sizeof(int32_t) * r.n);
+	int			iters;
+	double		ref;
+	kmd_params	p = params_for(4, KMD_L1, KMD_ALTERNATE, KM_INIT_EXPLICIT, 1);
+	fit			f;
+
+	for (int64_t i = 0; i < r.n * 2; i++)
+		r.x[i] = (float) (rnd_next(&seed) % 5);
+	D = matrix_of(&r, 1.0);
+	p.init_medoids = (int64_t[]) {0, 60, 120, 180};
+	f = run_fit(&r, p, 2);
+	ref = ref_alternate(D, r.n, 4, med, lab, 100, &iters);
+	ok(f.status == KM_OK && memcmp(f.medoids, med, sizeof(med)) == 0 &&
+	   memcmp(f.labels, lab, sizeof(int32_t) * r.n) == 0 && f.res.cost == ref,
+	   "alternate on a grid of ties = brute force (ties to the lowest cluster and row): medoids %ld %ld %ld %ld",
+	   (long) f.medoids[0], (long) f.medoids[1], (long) f.medoids[2], (long) f.medoids[3]);
+	fit_free(&f);
+	free(lab);
+	free(D);
+	rows_free(&r);
+}
+
 static void
 test_fasterpam(void)
 {
@@ -1309,6 +1343,7 @@ main(void)
 	test_kernel();
 	test_metrics();
 	test_alternate();
+	test_ties();
 	test_fasterpam();
 	test_threads();
 	test_order();
