@@ -28,7 +28,7 @@ PG_CPPFLAGS = -Isrc/engine -Ikernels
 PG_CFLAGS = -ffp-contract=off -pthread
 SHLIB_LINK = -lpthread -lm
 
-EXTRA_CLEAN = test/bench/kmeans_bench test/engine/engine_test
+EXTRA_CLEAN = test/bench/kmeans_bench test/engine/engine_test test/engine/kmedoids_test
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -83,6 +83,9 @@ test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src
 
 test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) -lpthread -lm
+
+test/engine/kmedoids_test: test/engine/kmedoids_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
+	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/kmedoids_test.c $(ENGINE_SRCS) -lpthread -lm
 
 .PHONY: test demo bench bench-assign install-cuda uninstall-cuda
 test:

@@ -21,14 +21,6 @@
 #include "kmeans_gpu_cuda.h"
 #include "km_kmpar.h"
 
-typedef struct KmCall
-{
-	MemoryContext context;		/* the engine's allocations */
-	ErrorData  *error;			/* raised inside a callback, re-thrown later */
-	MemoryContext error_context;	/* where to copy it */
-	int			n_init;
-} KmCall;
-
 /* hooks->alloc: huge allocations allowed, NULL instead of an ERROR */
 static void *
 KmHookAlloc(void *ctx, size_t size)
@@ -67,13 +59,24 @@ PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
 			snprintf(buf, len, "prepared the rows");
 			break;
 		case KM_PHASE_SEED:
-			snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
-					 p->run + 1, n_init, p->done, p->total);
+			if (n_init == 0)	/* k-medoids */
+				snprintf(buf, len, "seeded " INT64_FORMAT "/" INT64_FORMAT " medoids",
+						 p->done, p->total);
+			else
+				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
+						 p->run + 1, n_init, p->done, p->total);
 			break;
 		case KM_PHASE_ITERATE:
-			snprintf(buf, len, "run %d/%d, iteration %d: inertia %.6g, moved %.6f%s",
-					 p->run + 1, n_init, p->iteration, p->inertia, p->moved,
-					 p->relocated > 0 ? ", re-seeded empty clusters" : "");
+			if (n_init == 0 && p->moved < 0)	/* k-medoids, FasterPAM */
+				snprintf(buf, len, "pass %d: cost %.10g, swaps %d",
+						 p->iteration, p->inertia, p->relocated);
+			else if (n_init == 0)	/* k-medoids, alternating */
+				snprintf(buf, len, "round %d: cost %.10g, moved %.6f, medoids changed %d",
+						 p->iteration, p->inertia, p->moved, p->relocated);
+			else
+				snprintf(buf, len, "run %d/%d, iteration %d: inertia %.6g, moved %.6f%s",
+						 p->run + 1, n_init, p->iteration, p->inertia, p->moved,
+						 p->relocated > 0 ? ", re-seeded empty clusters" : "");
 			break;
 		case KM_PHASE_FINISH:
 			snprintf(buf, len, "final assignment done");
@@ -102,7 +105,7 @@ KmHookReport(void *ctx, const km_progress *progress)
 			char		line[256];
 
 			ereport(INFO,
-					(errmsg("kmeans: %s, %.3f s",
+					(errmsg("%s: %s, %.3f s", call->n_init == 0 ? "kmedoids" : "kmeans",
 							PhaseLine(progress, call->n_init, line, sizeof(line)),
 							progress->elapsed)));
 		}
@@ -127,7 +130,12 @@ IsDeviceFailure(km_status status)
 		status == KM_ERR_DEVICE_NOMEM || status == KM_ERR_UNAVAILABLE;
 }
 
-static void
+/*
+ * Start an engine call: its memory context and the hooks that wire the
+ * engine to this backend.  n_init 0 marks a k-medoids call (for progress
+ * lines).
+ */
+void
 KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
 {
 	memset(call, 0, sizeof(*call));
@@ -149,7 +157,7 @@ KmCallBegin(KmCall *call, km_hooks *hooks, int n_init)
  * Drop an engine call that returned (or is to be tried again): free its
  * memory, and raise an error caught in a callback, if any.
  */
-static void
+void
 KmCallAbandon(KmCall *call)
 {
 	MemoryContextDelete(call->context);
@@ -375,10 +383,17 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
-	KmCheckMemory(add_size(KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels),
-						   opts->init == KM_INIT_KMEANS_PARALLEL ?
-						   km_cpu_kmpar_workspace(m->n, m->dim, opts->k, KmCpuThreads()) : 0),
-				  "kmeans");
+	{
+		Size		need = KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels);
+
+		/* k-means|| and afk-mc2 take memory of their own while they seed */
+		if (opts->init == KM_INIT_KMEANS_PARALLEL)
+			need = add_size(need, km_cpu_kmpar_workspace(m->n, m->dim, opts->k, KmCpuThreads()));
+		if (opts->init == KM_INIT_AFKMC2)
+			need = add_size(need, km_afkmc2_bytes(m->n, opts->k, opts->chain_length,
+												  KmCpuThreads(), m->dim));
+		KmCheckMemory(need, "kmeans");
+	}
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
@@ -396,6 +411,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	params.metric = opts->metric;
 	params.seed = (uint64) opts->seed;
 	params.n_init = opts->n_init;
+	params.chain_length = opts->chain_length;
 
 	memset(&result, 0, sizeof(result));
 	result.centroids = out->centroids;

@@ -138,7 +138,7 @@ PG_FUNCTION_INFO_V1(kmeans_fit);
 /*
  * kmeans_fit(source regclass, column_name text, k int, max_iter int, tol
  * float8, init text, init_centroids real[], metric text, seed bigint, n_init
- * int, weight_column text, engine text) -> kmeans_model
+ * int, weight_column text, engine text [, chain_length int]) -> kmeans_model
  */
 Datum
 kmeans_fit(PG_FUNCTION_ARGS)
@@ -179,6 +179,11 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	opts.n_init = PG_GETARG_INT32(9);
 	if (PG_NARGS() > 11 && !PG_ARGISNULL(11))
 		KmOptionsSetEngine(&opts, text_to_cstring(PG_GETARG_TEXT_PP(11)));
+	if (PG_NARGS() > 12)
+	{
+		ArgNotNull(fcinfo, 12, "chain_length");
+		opts.chain_length = PG_GETARG_INT32(12);
+	}
 	KmOptionsCheck(&opts);
 	KmOptionsFixSeed(&opts);
 

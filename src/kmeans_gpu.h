@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "access/htup.h"
+#include "access/tupdesc.h"
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
@@ -61,6 +62,7 @@ typedef struct KmOptions
 	int64		seed;
 	int			n_init;
 	int			engine;			/* a KmEngineChoice, or -1: kmeans_gpu.engine */
+	int			chain_length;	/* afk-mc2 */
 } KmOptions;
 
 extern void KmOptionsDefaults(KmOptions *opts);
@@ -76,6 +78,9 @@ extern KmEngineChoice KmOptionsEngine(const KmOptions *opts);
 extern const char *KmMetricName(km_metric metric);
 extern int	KmMetricByName(const char *name);
 extern const char *KmInitName(km_init init);
+extern int64 KmJsonInteger(const char *key, const JsonbValue *v, int64 min, int64 max);
+extern double KmJsonNumber(const char *key, const JsonbValue *v);
+extern char *KmJsonString(const char *key, const JsonbValue *v);
 
 /* vector_input.c: checked vectors, and rows gathered into chunks */
 extern int	KmVectorDim(ArrayType *vec);
@@ -134,6 +139,17 @@ typedef struct KmFitOutput
 	const char *engine;
 } KmFitOutput;
 
+/* One engine call: its memory and an error raised inside a callback. */
+typedef struct KmCall
+{
+	MemoryContext context;		/* the engine's allocations */
+	ErrorData  *error;			/* raised inside a callback, re-thrown later */
+	MemoryContext error_context;	/* where to copy it */
+	int			n_init;			/* 0: a k-medoids call */
+} KmCall;
+
+extern void KmCallBegin(KmCall *call, km_hooks *hooks, int n_init);
+extern void KmCallAbandon(KmCall *call);
 extern Size KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels);
 extern bool KmInitOnGpu(km_init init);
 extern bool KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
@@ -163,6 +179,9 @@ typedef struct KmModel
 extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,
 						 const KmFitOutput *fit, int dim, int64 n_rows,
 						 int64 n_skipped);
+extern Datum KmModelMakeTuple(TupleDesc tupdesc, const KmOptions *opts,
+							  const KmFitOutput *fit, int dim, int64 n_rows,
+							  int64 n_skipped);
 extern void KmModelRead(HeapTupleHeader model, KmModel *out);
 
 /* partial.c: kmeans_partial, kmeans_merge, kmeans_step */

@@ -54,6 +54,20 @@ KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts, const KmFitOutput *f
 			int dim, int64 n_rows, int64 n_skipped)
 {
 	TupleDesc	tupdesc;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be kmeans_model");
+	return KmModelMakeTuple(tupdesc, opts, fit, dim, n_rows, n_skipped);
+}
+
+/*
+ * The same, for kmeans_model's tuple descriptor tupdesc (a function that
+ * returns models inside its rows: kmeans_sweep).
+ */
+Datum
+KmModelMakeTuple(TupleDesc tupdesc, const KmOptions *opts, const KmFitOutput *fit,
+				 int dim, int64 n_rows, int64 n_skipped)
+{
 	Datum		values[MODEL_NATTS];
 	bool		nulls[MODEL_NATTS];
 	int			k = opts->k;
@@ -62,8 +76,6 @@ KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts, const KmFitOutput *f
 	Datum	   *elems;
 	int			nelems;
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be kmeans_model");
 	tupdesc = BlessTupleDesc(tupdesc);
 	if (tupdesc->natts != MODEL_NATTS)
 		elog(ERROR, "kmeans_model has %d attributes, expected %d; is the extension up to date?",

@@ -23,8 +23,9 @@
 #include "utils/numeric.h"
 
 #include "kmeans_gpu.h"
+#include "km_afkmc2.h"
 
-#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine"
+#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine, chain_length"
 
 /* Defaults, documented in README and in kmeans_fit's signature. */
 void
@@ -37,6 +38,7 @@ KmOptionsDefaults(KmOptions *opts)
 	opts->metric = KM_METRIC_L2;
 	opts->n_init = 1;
 	opts->engine = -1;
+	opts->chain_length = KM_AFKMC2_CHAIN_LENGTH;
 }
 
 /*
@@ -65,6 +67,8 @@ static const KmName init_names[] = {
 	{"explicit", KM_INIT_EXPLICIT},
 	{"k-means||", KM_INIT_KMEANS_PARALLEL},
 	{"kmeans||", KM_INIT_KMEANS_PARALLEL},
+	{"afk-mc2", KM_INIT_AFKMC2},
+	{"afkmc2", KM_INIT_AFKMC2},
 	{NULL, 0}
 };
 
@@ -117,7 +121,7 @@ KmOptionsSetInit(KmOptions *opts, const char *init)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown init method \"%s\"", init),
-				 errhint("Use 'k-means++', 'k-means||', 'random', or 'explicit' with init_centroids.")));
+				 errhint("Use 'k-means++', 'k-means||', 'afk-mc2', 'random', or 'explicit' with init_centroids.")));
 	opts->init = (km_init) value;
 	opts->init_given = true;
 }
@@ -386,7 +390,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		if (strcmp(key, "max_iter") != 0 && strcmp(key, "tol") != 0 &&
 			strcmp(key, "init") != 0 && strcmp(key, "init_centroids") != 0 &&
 			strcmp(key, "metric") != 0 && strcmp(key, "seed") != 0 &&
-			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0)
+			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0 &&
+			strcmp(key, "chain_length") != 0)
 			goto unknown;
 		return;
 	}
@@ -410,6 +415,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		opts->n_init = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
 	else if (strcmp(key, "engine") == 0)
 		KmOptionsSetEngine(opts, JsonString(key, v));
+	else if (strcmp(key, "chain_length") == 0)
+		opts->chain_length = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
 	else
 		goto unknown;
 	return;
@@ -490,6 +497,10 @@ KmOptionsCheck(const KmOptions *opts)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("n_init must be at least 1, not %d", opts->n_init)));
+	if (opts->chain_length < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chain_length must be at least 1, not %d", opts->chain_length)));
 	if (opts->init == KM_INIT_EXPLICIT && opts->init_centroids == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -549,4 +560,26 @@ KmOptionsCheckData(const KmOptions *opts, int64 n, int dim)
 									j + 1)));
 			}
 	}
+}
+
+/*
+ * The jsonb readers above, for the options of other functions (k-medoids):
+ * the same types, ranges and messages.
+ */
+int64
+KmJsonInteger(const char *key, const JsonbValue *v, int64 min, int64 max)
+{
+	return JsonInteger(key, v, min, max);
+}
+
+double
+KmJsonNumber(const char *key, const JsonbValue *v)
+{
+	return JsonNumber(key, v);
+}
+
+char *
+KmJsonString(const char *key, const JsonbValue *v)
+{
+	return JsonString(key, v);
 }

@@ -227,8 +227,11 @@ km_cpu_check_params(const km_data *data, const km_params *params)
 	if (params->metric != KM_METRIC_L2 && params->metric != KM_METRIC_COSINE)
 		return "unknown metric";
 	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
-		params->init != KM_INIT_EXPLICIT && params->init != KM_INIT_KMEANS_PARALLEL)
+		params->init != KM_INIT_EXPLICIT && params->init != KM_INIT_KMEANS_PARALLEL &&
+		params->init != KM_INIT_AFKMC2)
 		return "unknown init";
+	if (params->init == KM_INIT_AFKMC2 && params->chain_length < 1)
+		return "chain_length must be at least 1";
 	if (params->init == KM_INIT_EXPLICIT)
 	{
 		if (params->init_centroids == NULL)
@@ -257,7 +260,7 @@ km_cpu_fit_begin(km_cpu_state *st, km_cpu_arena *arena, km_hooks *hooks,
 	km_cpu_arena_init(arena, hooks, 0);
 	if (!km_cpu_setup(st, arena, KM_CPU_CALL_FIT, labels == NULL,
 					  params->init != KM_INIT_EXPLICIT,
-					  params->init == KM_INIT_KMEANSPP))
+					  params->init == KM_INIT_KMEANSPP || params->init == KM_INIT_AFKMC2))
 	{
 		status = KM_ERR_NOMEM;
 		goto fail;

@@ -307,6 +307,9 @@ extern km_status km_cpu_kmeans_parallel(km_cpu_state *st, const km_params *param
 										km_error *error);
 extern const float *km_cpu_data_row(const km_data *data, int64_t row);
 
+/* cpu_afkmc2.c */
+extern km_status km_cpu_afkmc2(km_cpu_state *st, const km_params *params, int run);
+
 /* cpu_lloyd.c */
 typedef struct km_cpu_run
 {

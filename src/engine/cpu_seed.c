@@ -358,6 +358,9 @@ km_cpu_seed(km_cpu_state *st, const km_params *params, int run, km_error *error)
 
 		case KM_INIT_KMEANS_PARALLEL:
 			return km_cpu_kmeans_parallel(st, params, run, error);
+
+		case KM_INIT_AFKMC2:
+			return km_cpu_afkmc2(st, params, run);	/* cpu_afkmc2.c */
 	}
 	error->status = KM_ERR_INVALID;
 	return KM_ERR_INVALID;

@@ -92,7 +92,8 @@ typedef enum km_init
 	KM_INIT_KMEANSPP = 0,		/* greedy k-means++ (2 + ln k candidates) */
 	KM_INIT_RANDOM = 1,			/* k distinct rows, weighted */
 	KM_INIT_EXPLICIT = 2,		/* km_params.init_centroids */
-	KM_INIT_KMEANS_PARALLEL = 3	/* k-means|| (Bahmani et al. 2012), CPU engine */
+	KM_INIT_KMEANS_PARALLEL = 3,	/* k-means|| (Bahmani et al. 2012), CPU engine */
+	KM_INIT_AFKMC2 = 4			/* assumption-free k-MC^2 (km_afkmc2.h), CPU engine */
 } km_init;
 
 /*
@@ -125,6 +126,7 @@ typedef struct km_params
 	km_metric	metric;
 	uint64_t	seed;
 	int			n_init;			/* >= 1: best of n_init runs by inertia */
+	int			chain_length;	/* KM_INIT_AFKMC2: Markov chain length, >= 1 */
 } km_params;
 
 typedef enum km_phase
@@ -299,6 +301,12 @@ extern size_t km_nearest_size(int k, int d);
 extern km_nearest *km_nearest_prepare(void *mem, const float *centroids, int k, int d,
 									  km_metric metric);
 extern int	km_nearest_row(km_nearest *nn, const float *x, double *cost);
+
+/*
+ * Host bytes the CPU engine's afk-mc2 seeding asks of hooks->alloc beyond
+ * fit_workspace (cpu_afkmc2.c), for n rows of d values, k centroids.
+ */
+extern size_t km_afkmc2_bytes(int64_t n, int k, int chain_length, int n_threads, int d);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
 # server, run every suite, and end with one line "N passed, M failed".
 #
 # Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
-# pgTAP (test/tap), the scikit-learn comparison (test/compare), the
+# pgTAP (test/tap), the comparisons with scikit-learn and the kmedoids
+# package (test/compare), the
 # reliability suites (test/reliability: randomised properties, concurrency,
 # cancellation, memory bounds), many servers (test/sharded: a coordinator,
 # shards and standbys of its own), and a watch over the server log for
@@ -19,7 +20,7 @@ root=$PWD
 test/scripts/ensure_deps.sh || exit 1
 export PYTHONPATH="$root/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
 make -s -j"$(nproc)" || exit 1
-make -s test/engine/engine_test || exit 1
+make -s test/engine/engine_test test/engine/kmedoids_test || exit 1
 if [[ $(id -u) -eq 0 ]]; then
 	make -s install >/dev/null || exit 1
 else
@@ -90,6 +91,12 @@ cat "$tmp/engine.tap"
 count_tap engine "$tmp/engine.tap" $status
 watch_log engine
 
+echo "== k-medoids engine tests"
+test/engine/kmedoids_test >"$tmp/kmedoids_engine.tap" 2>&1
+status=$?
+cat "$tmp/kmedoids_engine.tap"
+count_tap "k-medoids engine" "$tmp/kmedoids_engine.tap" $status
+
 echo "== pg_regress"
 regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
 tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v -e '^kmeans_gpu--' -e '^kmeans_gpu_sharded--' | sort)
@@ -125,6 +132,20 @@ status=$?
 cat "$tmp/compare.tap"
 count_tap sklearn "$tmp/compare.tap" $status
 watch_log sklearn
+
+echo "== kmeans_score and kmeans_sweep against scikit-learn's metrics"
+/usr/bin/python3 test/compare/score_compare.py >"$tmp/score_compare.tap" 2>&1
+status=$?
+cat "$tmp/score_compare.tap"
+count_tap "scores" "$tmp/score_compare.tap" $status
+watch_log scores
+
+echo "== k-medoids against the kmedoids package (FasterPAM)"
+/usr/bin/python3 test/compare/kmedoids_compare.py >"$tmp/kmedoids_compare.tap" 2>&1
+status=$?
+cat "$tmp/kmedoids_compare.tap"
+count_tap "k-medoids" "$tmp/kmedoids_compare.tap" $status
+watch_log k-medoids
 
 # The reliability suites (test/reliability): each prints TAP.
 for suite in property_run concurrency cancel memory_bounds; do

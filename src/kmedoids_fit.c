@@ -1,0 +1,631 @@
+/*
+ * kmedoids_fit.c
+ *	  kmedoids_fit(source, column_name, k, ...) and the kmedoids(vec, k [,
+ *	  options]) aggregate; their options; running the k-medoids engine.
+ *
+ * Both gather the rows (kmedoids_input.c), put them in canonical order and
+ * hand them to the engine (src/engine/kmedoids_*.c) through the same hooks
+ * as k-means (engine_call.c): memory in a context of the call, cancel
+ * through the poll, progress and interrupts through the report.  Only the
+ * CPU engine runs k-medoids yet: engine 'gpu' is refused with a reason,
+ * 'auto' runs on the CPU.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "kmedoids.h"
+#include "km_afkmc2.h"
+
+/* ---------------------------------------------------------------------- */
+/* options */
+
+static const char *const metric_names[] = {"l2", "sqeuclidean", "l1", "cosine", "sqfd"};
+
+const char *
+KmdMetricName(kmd_metric metric)
+{
+	return metric >= KMD_METRIC_L2 && metric <= KMD_METRIC_SQFD ? metric_names[metric] : "?";
+}
+
+kmd_metric
+KmdMetricByName(const char *name, bool *found)
+{
+	for (int m = KMD_METRIC_L2; m <= KMD_METRIC_SQFD; m++)
+		if (strcmp(name, metric_names[m]) == 0)
+		{
+			*found = true;
+			return (kmd_metric) m;
+		}
+	*found = false;
+	return KMD_METRIC_L2;
+}
+
+const char *
+KmdMethodName(kmd_method method)
+{
+	return method == KMD_FASTERPAM ? "fasterpam" : "alternate";
+}
+
+/* Defaults, documented in README and in kmedoids_fit's signature. */
+void
+KmdOptionsDefaults(KmdOptions *opts)
+{
+	memset(opts, 0, sizeof(*opts));
+	opts->metric = KMD_METRIC_L2;
+	opts->method = KMD_ALTERNATE;
+	opts->max_iter = 100;
+	opts->init = KM_INIT_KMEANSPP;
+	opts->alpha = 1.0;
+	opts->chain_length = KM_AFKMC2_CHAIN_LENGTH;
+	opts->engine = -1;
+}
+
+void
+KmdSetMetric(KmdOptions *opts, const char *metric)
+{
+	bool		found;
+
+	opts->metric = KmdMetricByName(metric, &found);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown metric \"%s\"", metric),
+				 errhint("Use 'l2', 'sqeuclidean', 'l1', 'cosine' or 'sqfd'.")));
+}
+
+void
+KmdSetMethod(KmdOptions *opts, const char *method)
+{
+	if (strcmp(method, "alternate") == 0)
+		opts->method = KMD_ALTERNATE;
+	else if (strcmp(method, "fasterpam") == 0)
+		opts->method = KMD_FASTERPAM;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown k-medoids method \"%s\"", method),
+				 errhint("Use 'alternate' or 'fasterpam'.")));
+}
+
+void
+KmdSetInit(KmdOptions *opts, const char *init)
+{
+	if (strcmp(init, "k-means++") == 0)
+		opts->init = KM_INIT_KMEANSPP;
+	else if (strcmp(init, "random") == 0)
+		opts->init = KM_INIT_RANDOM;
+	else if (strcmp(init, "afk-mc2") == 0)
+		opts->init = KM_INIT_AFKMC2;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown init method \"%s\" for k-medoids", init),
+				 errhint("Use 'k-means++', 'random' or 'afk-mc2'.")));
+}
+
+/* One key of a kmedoids options object; null means the default. */
+static void
+KmdSetOption(KmdOptions *opts, const char *key, const JsonbValue *v)
+{
+	static const char *const keys[] = {"metric", "method", "max_iter", "init", "seed",
+	"alpha", "chain_length", "engine"};
+	bool		known = false;
+
+	for (int i = 0; i < lengthof(keys); i++)
+		known |= strcmp(key, keys[i]) == 0;
+	if (!known)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown kmedoids option \"%s\"", key),
+				 errhint("Valid options are metric, method, max_iter, init, seed, alpha, chain_length, engine.")));
+	if (v->type == jbvNull)
+		return;
+
+	if (strcmp(key, "metric") == 0)
+		KmdSetMetric(opts, KmJsonString(key, v));
+	else if (strcmp(key, "method") == 0)
+		KmdSetMethod(opts, KmJsonString(key, v));
+	else if (strcmp(key, "max_iter") == 0)
+		opts->max_iter = (int) KmJsonInteger(key, v, 1, PG_INT32_MAX);
+	else if (strcmp(key, "init") == 0)
+		KmdSetInit(opts, KmJsonString(key, v));
+	else if (strcmp(key, "seed") == 0)
+	{
+		opts->seed = KmJsonInteger(key, v, PG_INT64_MIN, PG_INT64_MAX);
+		opts->seed_given = true;
+	}
+	else if (strcmp(key, "alpha") == 0)
+		opts->alpha = KmJsonNumber(key, v);
+	else if (strcmp(key, "chain_length") == 0)
+		opts->chain_length = (int) KmJsonInteger(key, v, 1, PG_INT32_MAX);
+	else
+	{
+		KmOptions	tmp;
+
+		KmOptionsSetEngine(&tmp, KmJsonString(key, v));
+		opts->engine = tmp.engine;
+	}
+}
+
+void
+KmdOptionsFromJsonb(KmdOptions *opts, Jsonb *options)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *key = NULL;
+
+	if (!JB_ROOT_IS_OBJECT(options))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("kmedoids options must be a jsonb object"),
+				 errhint("For example '{\"metric\": \"l1\", \"seed\": 1}'.")));
+	it = JsonbIteratorInit(&options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE)
+			KmdSetOption(opts, key, &v);
+	}
+}
+
+/* Checks that need no data. */
+void
+KmdOptionsCheck(const KmdOptions *opts)
+{
+	if (opts->k < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("k must be at least 1, not %d", opts->k)));
+	if (opts->max_iter < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_iter must be at least 1, not %d", opts->max_iter)));
+	if (!(opts->alpha > 0.0) || isinf(opts->alpha))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("alpha must be a finite number > 0, not %g", opts->alpha),
+				 errdetail("sqfd's similarity of two features is exp(-alpha d^2).")));
+	if (opts->chain_length < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chain_length must be at least 1, not %d", opts->chain_length)));
+	KmdEngineCheck(opts->engine, "k-medoids");
+}
+
+/*
+ * The engine option, else kmeans_gpu.engine: the GPU engine has no
+ * k-medoids yet, so 'gpu' is refused and 'auto' means the CPU.
+ */
+void
+KmdEngineCheck(int engine, const char *what)
+{
+	KmEngineChoice choice = engine >= 0 ? (KmEngineChoice) engine : KmEngineSetting();
+
+	if (choice == KM_ENGINE_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the GPU engine does not run %s yet", what),
+				 errhint("Use engine 'cpu' or 'auto' (or set kmeans_gpu.engine so): the CPU engine runs it.")));
+}
+
+/* A seed when none was given, so that the model says which one it used. */
+static void
+KmdFixSeed(KmdOptions *opts)
+{
+	uint64		seed;
+
+	if (opts->seed_given)
+		return;
+	if (!pg_strong_random(&seed, sizeof(seed)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random seed")));
+	opts->seed = (int64) seed;
+	opts->seed_given = true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* running the engine */
+
+/*
+ * After the engine returned: free its memory, then raise what went wrong
+ * (an error caught in a callback first).
+ */
+static void
+KmdCallEnd(KmCall *call, km_status status, const km_error *err)
+{
+	KmCallAbandon(call);
+	switch (status)
+	{
+		case KM_OK:
+			return;
+		case KM_ERR_CANCELLED:
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("canceling k-medoids due to user request")));
+			break;
+		case KM_ERR_NOMEM:
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory in the k-medoids engine"),
+					 errdetail("%s", err->message)));
+			break;
+		case KM_ERR_INVALID:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("k-medoids engine rejected the input: %s", err->message)));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("k-medoids engine failed: %s", err->message)));
+	}
+}
+
+static void
+KmdParams(const KmdOptions *opts, kmd_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->k = opts->k;
+	p->metric = opts->metric;
+	p->method = opts->method;
+	p->max_iter = opts->max_iter;
+	p->init = opts->init;
+	p->seed = (uint64) opts->seed;
+	p->alpha = opts->alpha;
+	p->chain_length = opts->chain_length;
+}
+
+/*
+ * Fit the ordered rows; out's arrays are allocated in the current context.
+ */
+void
+KmdRunFit(const KmdOrdered *rows, const KmdOptions *opts, KmdFitOutput *out)
+{
+	const kmd_data *data = &rows->data;
+	kmd_params	params;
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+	int			k = opts->k;
+
+	if (data->n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("kmedoids has no vectors to cluster"),
+				 errdetail("Every input row was NULL, or there were no rows.")));
+	if (k > data->n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("k (%d) is larger than the number of rows (" INT64_FORMAT ")", k, data->n)));
+	KmdParams(opts, &params);
+	KmCheckMemory(add_size(kmd_cpu_engine.fit_workspace(data->n, data->d, &params, KmCpuThreads()),
+						   mul_size((Size) k, 3 * sizeof(int64))),
+				  "kmedoids");
+
+	memset(out, 0, sizeof(*out));
+	out->result.medoids = palloc(sizeof(int64) * k);
+	out->result.sizes = palloc(sizeof(int64) * k);
+	out->result.cluster_cost = palloc(sizeof(double) * k);
+	out->engine = kmd_cpu_engine.name;
+
+	if (kmeans_verbose)
+		ereport(INFO,
+				(errmsg("kmedoids: " INT64_FORMAT " rows of %d values into %d clusters, metric %s, method %s, init %s, engine cpu (%d threads)",
+						data->n, data->d, k, KmdMetricName(opts->metric),
+						KmdMethodName(opts->method), KmInitName(opts->init), KmCpuThreads())));
+
+	KmCallBegin(&call, &hooks, 0);
+	memset(&err, 0, sizeof(err));
+	status = kmd_cpu_engine.fit(data, &params, &hooks, &out->result, &err);
+	KmdCallEnd(&call, status, &err);
+}
+
+/* Nearest medoid and distance for every row of data (kmedoids_labels). */
+void
+KmdRunAssign(const kmd_data *data, const KmdModel *model, int32 *labels, double *distances)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+
+	KmCallBegin(&call, &hooks, 0);
+	hooks.report = NULL;
+	memset(&err, 0, sizeof(err));
+	status = kmd_cpu_engine.assign(data, &model->data, model->metric, model->alpha, labels,
+								   distances, &hooks, &err);
+	KmdCallEnd(&call, status, &err);
+}
+
+/*
+ * The silhouette of labelled rows; *ok false (and 0 returned) when fewer
+ * than two clusters have rows.
+ */
+double
+KmdRunSilhouette(const kmd_data *data, const int32 *labels, int k, kmd_metric metric,
+				 double alpha, bool *ok)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+	double		mean = 0.0;
+	int			nonempty = 0;
+	bool	   *seen = palloc0(sizeof(bool) * k);
+
+	for (int64 i = 0; i < data->n; i++)
+		if (!seen[labels[i]])
+		{
+			seen[labels[i]] = true;
+			nonempty++;
+		}
+	pfree(seen);
+	*ok = nonempty >= 2 && nonempty < data->n;
+	if (!*ok)
+		return 0.0;
+	KmCheckMemory(mul_size(mul_size((Size) k, (Size) KmCpuThreads()), 64 * sizeof(double) + 1024),
+				  "the silhouette");
+	KmCallBegin(&call, &hooks, 0);
+	hooks.report = NULL;
+	memset(&err, 0, sizeof(err));
+	status = kmd_cpu_engine.silhouette(data, labels, k, metric, alpha, &mean, &hooks, &err);
+	KmdCallEnd(&call, status, &err);
+	return mean;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kmedoids_fit */
+
+typedef struct KmdFitScan
+{
+	KmdRows		rows;
+	int64		n_skipped;
+	const char *id_column;
+	double		estimated_rows;
+	const KmdOptions *opts;
+	bool		first_row_seen;
+} KmdFitScan;
+
+static void
+KmdFitRow(void *arg, Datum *values, bool *nulls)
+{
+	KmdFitScan *scan = (KmdFitScan *) arg;
+	int64		id = 0;
+
+	if (scan->id_column != NULL)
+	{
+		if (nulls[1])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("id column \"%s\" has NULL values", scan->id_column),
+					 errdetail("Medoids are named by their ids, which must not be NULL.")));
+		id = DatumGetInt64(values[1]);
+	}
+	if (nulls[0])
+	{
+		scan->n_skipped++;
+		return;
+	}
+	KmdRowsAdd(&scan->rows, DatumGetArrayTypeP(values[0]), id);
+
+	/* the first row tells the length: check what the whole table will need */
+	if (!scan->first_row_seen && scan->estimated_rows > 0)
+	{
+		int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
+		int			dim = KmdRowDim(&scan->rows);
+		kmd_params	p;
+
+		KmdParams(scan->opts, &p);
+		p.k = Min(p.k, Max(rows, 1));
+		KmCheckMemory(add_size(add_size(mul_size((Size) rows, sizeof(float) * (Size) dim),
+										KmdOrderBytes(rows)),
+							   kmd_cpu_engine.fit_workspace(rows, dim, &p, KmCpuThreads())),
+					  "kmedoids_fit (estimated from the table's statistics)");
+	}
+	scan->first_row_seen = true;
+}
+
+static void
+ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+}
+
+PG_FUNCTION_INFO_V1(kmedoids_fit);
+
+/*
+ * kmedoids_fit(source regclass, column_name text, k int, metric text,
+ * max_iter int, init text, seed bigint, id_column text, method text, engine
+ * text, alpha float8, chain_length int) -> kmedoids_model
+ */
+Datum
+kmedoids_fit(PG_FUNCTION_ARGS)
+{
+	KmdOptions	opts;
+	KmScanSpec	spec;
+	KmdFitScan	scan;
+	KmdOrdered	ordered;
+	KmdFitOutput fit;
+	MemoryContext rows_context;
+	Datum		model;
+
+	ArgNotNull(fcinfo, 0, "source");
+	ArgNotNull(fcinfo, 1, "column_name");
+	ArgNotNull(fcinfo, 2, "k");
+	ArgNotNull(fcinfo, 3, "metric");
+	ArgNotNull(fcinfo, 4, "max_iter");
+	ArgNotNull(fcinfo, 5, "init");
+	ArgNotNull(fcinfo, 8, "method");
+	ArgNotNull(fcinfo, 10, "alpha");
+	ArgNotNull(fcinfo, 11, "chain_length");
+
+	KmdOptionsDefaults(&opts);
+	opts.k = PG_GETARG_INT32(2);
+	KmdSetMetric(&opts, text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	opts.max_iter = PG_GETARG_INT32(4);
+	KmdSetInit(&opts, text_to_cstring(PG_GETARG_TEXT_PP(5)));
+	if (!PG_ARGISNULL(6))
+	{
+		opts.seed = PG_GETARG_INT64(6);
+		opts.seed_given = true;
+	}
+	KmdSetMethod(&opts, text_to_cstring(PG_GETARG_TEXT_PP(8)));
+	if (!PG_ARGISNULL(9))
+	{
+		KmOptions	tmp;
+
+		KmOptionsSetEngine(&tmp, text_to_cstring(PG_GETARG_TEXT_PP(9)));
+		opts.engine = tmp.engine;
+	}
+	opts.alpha = PG_GETARG_FLOAT8(10);
+	opts.chain_length = PG_GETARG_INT32(11);
+	KmdOptionsCheck(&opts);
+	KmdFixSeed(&opts);
+
+	memset(&spec, 0, sizeof(spec));
+	spec.relid = PG_GETARG_OID(0);
+	spec.vector_column = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	spec.id_column = PG_ARGISNULL(7) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(7));
+
+	rows_context = AllocSetContextCreate(CurrentMemoryContext, "kmedoids_fit rows",
+										 ALLOCSET_DEFAULT_SIZES);
+	memset(&scan, 0, sizeof(scan));
+	scan.id_column = spec.id_column;
+	scan.opts = &opts;
+	scan.estimated_rows = KmEstimateRows(spec.relid);
+	KmdRowsInit(&scan.rows, rows_context, opts.metric, spec.id_column != NULL);
+	KmScanTable(&spec, KmdFitRow, &scan);
+
+	KmCheckMemory(add_size(add_size(scan.rows.bytes, scan.rows.dense.bytes),
+						   KmdOrderBytes(scan.rows.n)), "kmedoids_fit");
+	KmdOrder(&scan.rows, spec.id_column != NULL, false, 0, &ordered);
+	KmdRunFit(&ordered, &opts, &fit);
+	model = KmdModelMake(fcinfo, &opts, &ordered, &fit, KmdRowDim(&scan.rows), scan.n_skipped);
+	MemoryContextDelete(rows_context);
+	return model;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the aggregate */
+
+typedef struct KmdAggState
+{
+	KmdRows		rows;
+	KmdOptions	opts;
+	Jsonb	   *options;		/* as given, to compare later rows against */
+	int64		n_null;
+} KmdAggState;
+
+static MemoryContext
+AggContext(FunctionCallInfo fcinfo, const char *func)
+{
+	MemoryContext aggcontext;
+
+	if (!AggCheckCallContext(fcinfo, &aggcontext))
+		elog(ERROR, "%s called in non-aggregate context", func);
+	return aggcontext;
+}
+
+PG_FUNCTION_INFO_V1(kmedoids_accum);
+
+/*
+ * kmedoids_accum(state, vec real[] | float8[], k [, options]): add one row.
+ */
+Datum
+kmedoids_accum(PG_FUNCTION_ARGS)
+{
+	MemoryContext aggcontext = AggContext(fcinfo, "kmedoids_accum");
+	KmdAggState *state = PG_ARGISNULL(0) ? NULL : (KmdAggState *) PG_GETARG_POINTER(0);
+	Jsonb	   *options = NULL;
+	int			k;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("k must not be NULL")));
+	k = PG_GETARG_INT32(2);
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+		options = PG_GETARG_JSONB_P(3);
+
+	if (state == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(aggcontext);
+
+		state = palloc0(sizeof(KmdAggState));
+		KmdOptionsDefaults(&state->opts);
+		state->opts.k = k;
+		if (options != NULL)
+		{
+			state->options = palloc(VARSIZE(options));
+			memcpy(state->options, options, VARSIZE(options));
+			KmdOptionsFromJsonb(&state->opts, state->options);
+		}
+		KmdOptionsCheck(&state->opts);
+		KmdRowsInit(&state->rows, aggcontext, state->opts.metric, false);
+		MemoryContextSwitchTo(old);
+	}
+	else
+	{
+		if (k != state->opts.k)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("k must be the same for every row of a kmedoids group"),
+					 errdetail("Got %d after %d.", k, state->opts.k)));
+		if ((options == NULL) != (state->options == NULL) ||
+			(options != NULL && (VARSIZE(options) != VARSIZE(state->options) ||
+								 memcmp(options, state->options, VARSIZE(options)) != 0)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("options must be the same for every row of a kmedoids group")));
+	}
+
+	if (PG_ARGISNULL(1))
+		state->n_null++;
+	else
+		KmdRowsAdd(&state->rows, PG_GETARG_ARRAYTYPE_P(1), 0);
+	PG_RETURN_POINTER(state);
+}
+
+PG_FUNCTION_INFO_V1(kmedoids_final);
+
+/*
+ * kmedoids_final(state) -> kmedoids_model.  Does not modify the state.
+ */
+Datum
+kmedoids_final(PG_FUNCTION_ARGS)
+{
+	KmdAggState *state;
+	KmdOptions	opts;
+	KmdOrdered	ordered;
+	KmdFitOutput fit;
+
+	AggContext(fcinfo, "kmedoids_final");
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("kmedoids has no vectors to cluster"),
+				 errdetail("The aggregate received no rows.")));
+	state = (KmdAggState *) PG_GETARG_POINTER(0);
+	opts = state->opts;
+	KmdFixSeed(&opts);
+	KmCheckMemory(add_size(add_size(state->rows.bytes, state->rows.dense.bytes),
+						   KmdOrderBytes(state->rows.n)), "kmedoids");
+	KmdOrder(&state->rows, false, false, 0, &ordered);
+	KmdRunFit(&ordered, &opts, &fit);
+	return KmdModelMake(fcinfo, &opts, &ordered, &fit, KmdRowDim(&state->rows), state->n_null);
+}
