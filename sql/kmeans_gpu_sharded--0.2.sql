@@ -96,6 +96,7 @@ CREATE FUNCTION kmeans_fit_sharded(
 	seed bigint DEFAULT NULL,
 	n_init integer DEFAULT 1,
 	weight_column text DEFAULT NULL,
-	engine text DEFAULT NULL)
+	engine text DEFAULT NULL,
+	chain_length integer DEFAULT 200)
 	RETURNS kmeans_model AS '$libdir/kmeans_gpu', 'kmeans_fit_sharded'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;

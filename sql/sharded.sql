@@ -36,6 +36,8 @@ CREATE EXTENSION postgres_fdw;
 CREATE SERVER sh_fdw FOREIGN DATA WRAPPER postgres_fdw;
 SELECT kmeans_fit_sharded('sh_fdw', 'sh_pts', 'v', 2);
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'k-means++');
+SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'afk-mc2');
+SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'random', chain_length => 0);
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, engine => 'gpu');
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'farthest');
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 0);

@@ -1240,12 +1240,17 @@ kmeans_fit_sharded(PG_FUNCTION_ARGS)
 					 errmsg("kmeans_fit_sharded runs the CPU engine's map step on every shard"),
 					 errhint("Leave engine out, or use 'auto' or 'cpu'.")));
 	}
+	/* chain_length: kmeans_fit's option, read (and checked) for afk-mc2 only */
+	if (!PG_ARGISNULL(13))
+		opts.chain_length = PG_GETARG_INT32(13);
 	KmOptionsCheck(&opts);
-	if (opts.init == KM_INIT_KMEANSPP)
+	if (opts.init == KM_INIT_KMEANSPP || opts.init == KM_INIT_AFKMC2)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("init 'k-means++' cannot run sharded"),
-				 errdetail("Each of its k steps would be a call on every shard."),
+				 errmsg("init '%s' cannot run sharded", KmInitName(opts.init)),
+				 opts.init == KM_INIT_KMEANSPP ?
+				 errdetail("Each of its k steps would be a call on every shard.") :
+				 errdetail("Its k Markov chains draw rows from every shard in turn."),
 				 errhint("Use 'k-means||' (the default), 'random', or init_centroids.")));
 	KmOptionsFixSeed(&opts);
 
