@@ -21,7 +21,7 @@ REGRESS_OPTS = --load-extension=$(EXTENSION)
 # -ffp-contract=off: km_exact.h must round every step the way the GPU does.
 # The CPU engine has its own fused distance kernel (src/engine/cpu_filter.c)
 # and needs no BLAS.
-PG_CPPFLAGS = -Iinclude -Ikernels
+PG_CPPFLAGS = -Iinclude -Ikernels/include
 PG_CFLAGS = -ffp-contract=off -pthread
 SHLIB_LINK = -lpthread -lm
 
@@ -43,14 +43,17 @@ endif
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_ARCHS ?= 80 90
 CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
-CUDA_SRCS = $(sort $(wildcard kernels/*.cu))
+# kernels/: the API and drivers, then the kernel families, one folder each
+# (kernels/bench holds harnesses, not engine code).
+CUDA_DIRS = driver prep assign update seed
+CUDA_SRCS = $(sort $(foreach d,$(CUDA_DIRS),$(wildcard kernels/$(d)/*.cu)))
 NVCCFLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off \
-	-Iinclude -Ikernels --cudart static $(CUDA_GENCODE)
+	-Iinclude -Ikernels -Ikernels/include --cudart static $(CUDA_GENCODE)
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
 CUDA_SO = kmeans_gpu_cuda.so
 all: $(CUDA_SO)
-$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*.h kernels/*.cuh include/*.h)
+$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*/*.h kernels/*/*.cuh include/*.h)
 	$(NVCC) $(NVCCFLAGS) -shared -o $@ $(CUDA_SRCS)
 install: install-cuda
 install-cuda: $(CUDA_SO)
@@ -70,7 +73,7 @@ endif
 src/vector_input.o: CFLAGS += $(CFLAGS_VECTORIZE)
 
 # Every object depends on every header (PGXS tracks no header dependencies).
-$(OBJS): $(wildcard src/*.h src/engine/*.h include/*.h kernels/kmeans_gpu_cuda.h)
+$(OBJS): $(wildcard src/*.h src/engine/*.h include/*.h kernels/include/kmeans_gpu_cuda.h)
 
 # Standalone programs on the engine alone (no PostgreSQL).
 STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Iinclude -Isrc/engine

@@ -24,7 +24,7 @@
  * lower-numbered twin, and on integer data (every value exact in float32)
  * best, fbest and fsecond must equal the reference exactly.
  */
-#include "../assign_gemm.cu"
+#include "../assign/filter_gemm.cu"
 #include "km_exact.h"
 
 #include <cublas_v2.h>

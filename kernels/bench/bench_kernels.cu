@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 #include "ref_kmeans.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \

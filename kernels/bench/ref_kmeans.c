@@ -23,7 +23,7 @@
 #include "km_exact.h"
 #include "km_hash.h"
 #include "ref_kmeans.h"
-#include "seed_pp.h"
+#include "seed/seed_pp.h"
 
 /* x . c in double, eight independent sums (vectorises without reassociation). */
 static double

@@ -25,8 +25,8 @@
  * last block (ticket counter, after a fence) takes the decisions for the
  * whole iteration, so the host only reads a few bytes per batch.
  */
-#include "gpu_internal.cuh"
-#include "finalize_block.cuh"
+#include "kmg_common.cuh"
+#include "update/finalize_block.cuh"
 
 #include <math.h>
 #include <stdlib.h>

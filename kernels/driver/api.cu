@@ -14,7 +14,7 @@
  *
  * One thread at a time: the SQL layer calls from its backend's thread.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -34,8 +34,8 @@
  *	  sums, clears them for the next pass, and ends the iteration
  *	  (finalize_block.cuh), so nothing else runs between two passes.
  */
-#include "gpu_internal.cuh"
-#include "finalize_block.cuh"
+#include "kmg_common.cuh"
+#include "update/finalize_block.cuh"
 
 #include <limits.h>
 #include <math.h>

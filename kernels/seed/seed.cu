@@ -51,8 +51,8 @@
  * a result, only the work: a unit whose pairs were mostly unpruned makes
  * the next 16 units dense (every distance, rows streamed once).
  */
-#include "gpu_internal.cuh"
-#include "seed_pp.h"
+#include "kmg_common.cuh"
+#include "seed/seed_pp.h"
 
 #include <limits.h>
 #include <math.h>

@@ -16,7 +16,7 @@
  * engine->fit, assign and map use the same code for rows in host memory
  * (kmg_ds_load), so there is one upload path.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  * chain) and the normalisation (one double norm, then d divisions) simple,
  * and the rows a warp reads sit next to each other, so L1 serves most loads.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 #include <string.h>
 

@@ -37,7 +37,7 @@
  *	  threads (kmg_chain4: loads ahead of the dependent adds), then adds the
  *	  settled rows, in list order, to its sums.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 #include <limits.h>
 #include <math.h>

@@ -33,7 +33,7 @@
 #include "km_exact.h"
 #include "km_fixsum.h"
 #include "km_hash.h"
-#include "assign_gemm.cuh"
+#include "assign/filter_gemm.cuh"
 
 /* Threads of the row kernels. */
 #define KMG_NT 256

@@ -18,7 +18,7 @@
 #ifndef KMG_FINALIZE_BLOCK_CUH
 #define KMG_FINALIZE_BLOCK_CUH
 
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 /*
  * The decisions that end an iteration (or a set-up), by one thread: the

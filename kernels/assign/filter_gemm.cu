@@ -39,7 +39,7 @@
  * and fixed-latency stalls with 2 warps per scheduler), not the instruction
  * count, which is lower than cuBLAS's.
  */
-#include "assign_gemm.cuh"
+#include "filter_gemm.cuh"
 
 #include <limits.h>
 #include <math.h>

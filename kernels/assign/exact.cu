@@ -23,7 +23,7 @@
  * NOTES.md), kmg_classify settles a row whose third value is beyond the
  * slack between its two best, in the thread.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
 
 #include <limits.h>
 #include <math.h>

@@ -31,8 +31,8 @@
  * allocation uses), checked against cudaMemGetInfo, and taken in one
  * cudaMalloc that every exit path frees.
  */
-#include "gpu_internal.cuh"
-#include "seed_pp.h"
+#include "kmg_common.cuh"
+#include "seed/seed_pp.h"
 
 #include <math.h>
 #include <stdio.h>

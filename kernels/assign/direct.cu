@@ -26,8 +26,8 @@
  *	  cell (no atomics, fixed order), then one fixed-order reduction writes the
  *	  block's partial.  kmg_reduce_partials adds the partials in block order.
  */
-#include "gpu_internal.cuh"
-#include "finalize_block.cuh"
+#include "kmg_common.cuh"
+#include "update/finalize_block.cuh"
 
 #include <limits.h>
 #include <math.h>
