@@ -27,38 +27,11 @@
  *	  block's partial.  kmg_reduce_partials adds the partials in block order.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 #include "update/finalize_block.cuh"
 
 #include <limits.h>
 #include <math.h>
-
-/* Stage 16 bytes global -> shared; src_bytes = 0 writes zeros. */
-__device__ __forceinline__ void
-kmg_cp_async16(void *smem, const void *gmem, int src_bytes)
-{
-	unsigned	s = (unsigned) __cvta_generic_to_shared(smem);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
-}
-
-__device__ __forceinline__ void
-kmg_cp_commit()
-{
-	asm volatile("cp.async.commit_group;\n"::);
-}
-
-/* Wait until at most n groups are still in flight (n = stages - 1). */
-__device__ __forceinline__ void
-kmg_cp_wait(int n)
-{
-	if (n <= 1)
-		asm volatile("cp.async.wait_group 1;\n":::"memory");
-	else if (n == 2)
-		asm volatile("cp.async.wait_group 2;\n":::"memory");
-	else
-		asm volatile("cp.async.wait_group 3;\n":::"memory");
-}
 
 /* Shared memory layout of one block (bytes from the start). */
 typedef struct kmg_direct_layout
@@ -167,12 +140,12 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 				int			r = c / q4;
 				int			q = c - r * q4;
 
-				kmg_cp_async16(dst + r * dps + 4 * q,
+				kmg_cp16_zfill(dst + r * dps + 4 * q,
 							   r < rows ? (const void *) (src + (size_t) r * dp + 4 * q)
 							   : (const void *) a.X, r < rows ? 16 : 0);
 			}
 		}
-		kmg_cp_commit();
+		kmg_cp16_commit();
 	};
 
 	for (int st = 0; st < nstage - 1; st++)
@@ -191,7 +164,7 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		if (tile >= ntiles)
 			break;
 		issue(blockIdx.x + (m + nstage - 1) * gridDim.x, (int) ((m + nstage - 1) % nstage));
-		kmg_cp_wait(nstage - 1);
+		kmg_cp16_wait_n(nstage - 1);
 		__syncthreads();
 
 		const float *xs = stiles + (size_t) (m % nstage) * T * dps + (size_t) g * dps;
@@ -276,24 +249,13 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 					double		c = km_exact_cost(xs, a.cosine ? a.C + (size_t) j * dp : sC + j * dp,
 												  a.cosine ? a.cnorm[j] : 0.0, d, a.cosine);
 
-					if (c < bc || (c == bc && j < bj))
+					if (KMG_BEFORE(c, j, bc, bj))
 					{
 						bc = c;
 						bj = j;
 					}
 				}
-#pragma unroll
-			for (int o = S / 2; o > 0; o >>= 1)
-			{
-				double		oc = __shfl_xor_sync(gmask, bc, o);
-				int			oj = __shfl_xor_sync(gmask, bj, o);
-
-				if (oc < bc || (oc == bc && oj < bj))
-				{
-					bc = oc;
-					bj = oj;
-				}
-			}
+			kmg_warp_argmin<S>(bc, bj, gmask);
 			label = bj;
 			ecost = bc;
 		}
@@ -362,7 +324,7 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		}
 		__syncthreads();
 	}
-	asm volatile("cp.async.wait_group 0;\n":::"memory");
+	kmg_cp16_wait<0>();
 
 	if (!iter)
 		return;

@@ -24,6 +24,7 @@
  * slack between its two best, in the thread.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -256,17 +257,7 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 			double		c = bc[r];
 			int			j = bj[r];
 
-			for (int o = 16; o > 0; o >>= 1)
-			{
-				double		oc = __shfl_xor_sync(0xffffffffu, c, o);
-				int			oj = __shfl_xor_sync(0xffffffffu, j, o);
-
-				if (oc < c || (oc == c && oj < j))
-				{
-					c = oc;
-					j = oj;
-				}
-			}
+			kmg_warp_argmin(c, j);
 			if ((tid & 31) == 0)
 			{
 				scost[tid >> 5][r] = c;
@@ -276,16 +267,13 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 		__syncthreads();
 		if (tid < nr)
 		{
-			double		c = scost[0][tid];
-			int			j = sidx[0][tid];
+			double		c;
+			int			j;
+
+			kmg_argmin_strided(&scost[0][tid], &sidx[0][tid], (int) (blockDim.x >> 5), R, c, j);
+
 			const int	i = srow[tid];
 
-			for (int wv = 1; wv < (int) (blockDim.x >> 5); wv++)
-				if (scost[wv][tid] < c || (scost[wv][tid] == c && sidx[wv][tid] < j))
-				{
-					c = scost[wv][tid];
-					j = sidx[wv][tid];
-				}
 			if (j == INT_MAX)
 				j = 0;			/* cannot happen: the filter's best is a candidate */
 			if (mode == KMG_MODE_ITER)
@@ -454,17 +442,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 			double		cst = bc[r];
 			int			jj = bj[r];
 
-			for (int o = 16; o > 0; o >>= 1)
-			{
-				double		oc = __shfl_xor_sync(0xffffffffu, cst, o);
-				int			oj = __shfl_xor_sync(0xffffffffu, jj, o);
-
-				if (oc < cst || (oc == cst && oj < jj))
-				{
-					cst = oc;
-					jj = oj;
-				}
-			}
+			kmg_warp_argmin(cst, jj);
 			if ((tid & 31) == 0)
 			{
 				scost[tid >> 5][r] = cst;
@@ -474,15 +452,10 @@ kmg_exact_chunk_kernel(kmg_args a)
 		__syncthreads();
 		if (tid < nr)
 		{
-			double		cst = scost[0][tid];
-			int			jj = sidx[0][tid];
+			double		cst;
+			int			jj;
 
-			for (int wv = 1; wv < KMG_XCHUNK / 32; wv++)
-				if (scost[wv][tid] < cst || (scost[wv][tid] == cst && sidx[wv][tid] < jj))
-				{
-					cst = scost[wv][tid];
-					jj = sidx[wv][tid];
-				}
+			kmg_argmin_strided(&scost[0][tid], &sidx[0][tid], KMG_XCHUNK / 32, R, cst, jj);
 			a.xcost[(size_t) (base + tid) * a.xchunks + c] = cst;
 			a.xidx[(size_t) (base + tid) * a.xchunks + c] = jj;
 		}
@@ -789,16 +762,11 @@ kmg_exact_merge_kernel(kmg_args a, int mode)
 		{
 			const double *pc = a.xcost + (size_t) s * a.xchunks;
 			const int32_t *pj = a.xidx + (size_t) s * a.xchunks;
-			double		cst = pc[0];
-			int			j = pj[0];
+			double		cst;
+			int			j;
 			const int	i = a.amb[s];
 
-			for (int c = 1; c < a.xchunks; c++)
-				if (pc[c] < cst || (pc[c] == cst && pj[c] < j))
-				{
-					cst = pc[c];
-					j = pj[c];
-				}
+			kmg_argmin_strided(pc, pj, a.xchunks, 1, cst, j);
 			if (j == INT_MAX)
 				j = 0;			/* cannot happen: the filter's best is a candidate */
 			if (mode == KMG_MODE_ITER)

@@ -40,6 +40,7 @@
  * count, which is lower than cuBLAS's.
  */
 #include "filter_gemm.cuh"
+#include "kmg_device.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -102,26 +103,6 @@ struct KmTile
 using KmProdLarge = KmTile<128, 256, 2, 4, 8, 8, 16, true, 1>;
 using KmProdSmall = KmTile<128, 128, 2, 2, 8, 8, 16, true, 2>;
 constexpr int KM_SMALL_K = 128;
-
-__device__ __forceinline__ void
-km_cp_async16(void *smem, const void *gmem)
-{
-	unsigned	s = (unsigned) __cvta_generic_to_shared(smem);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"::"r"(s), "l"(gmem):"memory");
-}
-
-__device__ __forceinline__ void
-km_cp_async_commit()
-{
-	asm volatile("cp.async.commit_group;\n"::);
-}
-
-__device__ __forceinline__ void
-km_cp_async_wait_all()
-{
-	asm volatile("cp.async.wait_group 0;\n":::"memory");
-}
 
 /*
  * Transpose this thread's own staged float4s of the X slice ([BM][BK], as
@@ -245,23 +226,23 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 	/* Prologue: slice 0 of tile 0 into buffer 0. */
 #pragma unroll
 	for (int u = 0; u < T::A_F4; u++)
-		km_cp_async16(Xs + (tid + u * NT) * 4, xsrc[u]);
+		kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u]);
 #pragma unroll
 	for (int u = 0; u < T::B_F4; u++)
-		km_cp_async16(Bs + (tid + u * NT) * 4, Bt + (tid + u * NT) * 4);
+		kmg_cp16(Bs + (tid + u * NT) * 4, Bt + (tid + u * NT) * 4);
 	if (tid < BN / 4)
-		km_cp_async16(Cs + tid * 4, Cn + tid * 4);
-	km_cp_async_commit();
+		kmg_cp16(Cs + tid * 4, Cn + tid * 4);
+	kmg_cp16_commit();
 	/*
 	 * The run's stop flag, read while the prologue's copies are in flight
 	 * (read before them, its latency delayed every block's start).
 	 */
 	if (stop != nullptr && *(volatile const int *) stop != 0)
 	{
-		km_cp_async_wait_all();
+		kmg_cp16_wait<0>();
 		return;
 	}
-	km_cp_async_wait_all();
+	kmg_cp16_wait<0>();
 	km_stage_a<T>(As, Xs, tid, a_r, a_k);
 
 	/* Running top-2 per row of the micro-tile, over this lane's columns. */
@@ -295,7 +276,7 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			}
 		}
 	}
-	km_cp_async_wait_all();
+	kmg_cp16_wait<0>();
 	__syncthreads();
 
 	float		acc[TM][TN];
@@ -323,13 +304,13 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 
 #pragma unroll
 			for (int u = 0; u < T::A_F4; u++)
-				km_cp_async16(Xs + (tid + u * NT) * 4, xsrc[u] + s1 * KM_BK);
+				kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u] + s1 * KM_BK);
 #pragma unroll
 			for (int u = 0; u < T::B_F4; u++)
-				km_cp_async16(bdst + (tid + u * NT) * 4, bsrc + (tid + u * NT) * 4);
+				kmg_cp16(bdst + (tid + u * NT) * 4, bsrc + (tid + u * NT) * 4);
 			if (s1 == 0 && tid < BN / 4)
-				km_cp_async16(Cs + (cur ^ 1) * BN + tid * 4, Cn + (size_t) t1 * BN + tid * 4);
-			km_cp_async_commit();
+				kmg_cp16(Cs + (cur ^ 1) * BN + tid * 4, Cn + (size_t) t1 * BN + tid * 4);
+			kmg_cp16_commit();
 		}
 
 		/* Warps whose columns all lie past k (last tile only) sit it out. */
@@ -495,7 +476,7 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 
 		if (has_next)
 		{
-			km_cp_async_wait_all();
+			kmg_cp16_wait<0>();
 			km_stage_a<T>(As + (cur ^ 1) * (KM_BK * AP), Xs, tid, a_r, a_k);
 		}
 		__syncthreads();

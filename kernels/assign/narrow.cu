@@ -35,6 +35,7 @@
  *	  (finalize_block.cuh), so nothing else runs between two passes.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 #include "update/finalize_block.cuh"
 
 #include <limits.h>

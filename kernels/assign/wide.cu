@@ -38,6 +38,7 @@
  *	  settled rows, in list order, to its sums.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 
 #include <limits.h>
 #include <math.h>

@@ -159,13 +159,6 @@ struct KmTile2
 	static_assert(STAGES >= 2, "a ring");
 };
 
-template <int N>
-__device__ __forceinline__ void
-km_cp_async_wait()
-{
-	asm volatile("cp.async.wait_group %0;\n"::"n"(N):"memory");
-}
-
 __device__ __forceinline__ float
 km_f4(const float4 &v, int c)
 {
@@ -225,15 +218,15 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 		{
 #pragma unroll
 			for (int u = 0; u < T::A_F4; u++)
-				km_cp_async16(As + slot * T::SM_A + adst[u], xsrc[u] + sj * KM_BK);
+				kmg_cp16(As + slot * T::SM_A + adst[u], xsrc[u] + sj * KM_BK);
 #pragma unroll
 			for (int u = 0; u < T::B_F4; u++)
-				km_cp_async16(Bs + slot * T::SM_B + (tid + u * NT) * 4,
+				kmg_cp16(Bs + slot * T::SM_B + (tid + u * NT) * 4,
 							  Bt + (size_t) j * (KM_BK * BN) + (tid + u * NT) * 4);
 			if (sj == 0 && tid < BN / 4)
-				km_cp_async16(Cs + slot * BN + tid * 4, Cn + (size_t) tj * BN + tid * 4);
+				kmg_cp16(Cs + slot * BN + tid * 4, Cn + (size_t) tj * BN + tid * 4);
 		}
-		km_cp_async_commit();
+		kmg_cp16_commit();
 	};
 
 	/* Running top-2 per row of the micro-tile, over this lane's columns. */
@@ -283,7 +276,7 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 	for (int it = 0; it < total; it++)
 	{
 		/* Slice it has landed for everyone; slot it - 1 is free again. */
-		km_cp_async_wait<ST - 2>();
+		kmg_cp16_wait<ST - 2>();
 		__syncthreads();
 		issue(it + ST - 1, si, ti, islot);
 		if (++si == S)
@@ -428,7 +421,7 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 			t++;
 		}
 	}
-	km_cp_async_wait<0>();		/* only empty groups are left */
+	kmg_cp16_wait<0>();		/* only empty groups are left */
 
 	if (T::REG)
 	{

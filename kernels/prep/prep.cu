@@ -15,6 +15,7 @@
  * and the rows a warp reads sit next to each other, so L1 serves most loads.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 
 #include <string.h>
 

@@ -52,6 +52,7 @@
  * the next 16 units dense (every distance, rows streamed once).
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 #include "seed/seed_pp.h"
 
 #include <limits.h>
@@ -222,51 +223,13 @@ kmg_pp_carve(kmg_seed_bufs *sb, char *base, int nblocks, int L)
 
 /* ---- k-means++: device helpers ---- */
 
-__device__ __forceinline__ void
-kmg_pp_cp16(void *smem, const void *gmem, int src_bytes)
-{
-	unsigned	s = (unsigned) __cvta_generic_to_shared(smem);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
-}
-
-__device__ __forceinline__ void
-kmg_pp_commit()
-{
-	asm volatile("cp.async.commit_group;\n"::);
-}
-
-__device__ __forceinline__ void
-kmg_pp_wait1()
-{
-	asm volatile("cp.async.wait_group 1;\n":::"memory");
-}
-
-/* (key, row) order: smaller key first, ties to the lower row. */
-__device__ __forceinline__ bool
-kmg_before(double ka, int ra, double kb, int rb)
-{
-	return ka < kb || (ka == kb && ra < rb);
-}
-
 /* Block-wide minimum of (key, row) over the KMG_PP_NT threads; all get it. */
 __device__ void
 kmg_pp_block_min(double &key, int &row, double *skey, int *srow)
 {
 	const int	tid = threadIdx.x;
 
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		double		ok = __shfl_xor_sync(0xffffffffu, key, o);
-		int			orow = __shfl_xor_sync(0xffffffffu, row, o);
-
-		if (kmg_before(ok, orow, key, row))
-		{
-			key = ok;
-			row = orow;
-		}
-	}
+	kmg_warp_argmin(key, row);
 	__syncthreads();
 	if ((tid & 31) == 0)
 	{
@@ -274,14 +237,7 @@ kmg_pp_block_min(double &key, int &row, double *skey, int *srow)
 		srow[tid >> 5] = row;
 	}
 	__syncthreads();
-	key = skey[0];
-	row = srow[0];
-	for (int w = 1; w < KMG_PP_NT / 32; w++)
-		if (kmg_before(skey[w], srow[w], key, row))
-		{
-			key = skey[w];
-			row = srow[w];
-		}
+	kmg_argmin_strided(skey, srow, KMG_PP_NT / 32, 1, key, row);
 }
 
 /* A potential term (seed_pp.h's kmg_pp_term, with the scale precomputed). */
@@ -333,7 +289,7 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	{
 		const double fk = km_sample_key(h, stream, (double) w);
 
-		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		if (KMG_BEFORE(fk, (int) r, t.fk, t.fr))
 		{
 			t.fk = fk;
 			t.fr = (int) r;
@@ -356,11 +312,11 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 		const double fk = km_sample_key(h, stream, (double) w);
 		const int	L = a.L;
 
-		if (isfinite(key) && (t.cnt < L || kmg_before(key, (int) r, lk[L - 1], lr[L - 1])))
+		if (isfinite(key) && (t.cnt < L || KMG_BEFORE(key, (int) r, lk[L - 1], lr[L - 1])))
 		{
 			int			p = t.cnt < L ? t.cnt++ : L - 1;
 
-			while (p > 0 && kmg_before(key, (int) r, lk[p - 1], lr[p - 1]))
+			while (p > 0 && KMG_BEFORE(key, (int) r, lk[p - 1], lr[p - 1]))
 			{
 				lk[p] = lk[p - 1];
 				lr[p] = lr[p - 1];
@@ -369,7 +325,7 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 			lk[p] = key;
 			lr[p] = (int) r;
 		}
-		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		if (KMG_BEFORE(fk, (int) r, t.fk, t.fr))
 		{
 			t.fk = fk;
 			t.fr = (int) r;
@@ -563,7 +519,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 				const int	col = 32 * j + 4 * q;
 				const bool	ok = r < n && col < dp;
 
-				kmg_pp_cp16(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
+				kmg_cp16_zfill(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
 							ok ? 16 : 0);
 			}
 			for (int c = tid; c < NC * 8; c += KMG_PP_NT)
@@ -573,14 +529,14 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 				const int	col = 32 * j + 4 * q;
 				const bool	ok = ((cmask >> cc) & 1u) && col < dp;
 
-				kmg_pp_cp16(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
+				kmg_cp16_zfill(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
 							ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
 			}
 		};
 
 		if (K > 0)
 			stage(0);
-		kmg_pp_commit();
+		kmg_cp16_commit();
 		for (int64_t kk = 0; kk < K; kk++)
 		{
 			const int	j = (int) (kk % nslab);
@@ -594,8 +550,8 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 
 			if (kk + 1 < K)
 				stage(kk + 1);
-			kmg_pp_commit();
-			kmg_pp_wait1();
+			kmg_cp16_commit();
+			kmg_cp16_wait<1>();
 			__syncthreads();
 			if (j == 0)
 #pragma unroll
@@ -636,7 +592,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 				kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
 			}
 		}
-		asm volatile("cp.async.wait_group 0;\n":::"memory");
+		kmg_cp16_wait<0>();
 	}
 	else
 	{
@@ -674,7 +630,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 				const int64_t r = tile * KMG_PP_NT + i;
 				const bool	ok = r < n;
 
-				kmg_pp_cp16(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
+				kmg_cp16_zfill(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
 							ok ? 16 : 0);
 			}
 		};
@@ -686,7 +642,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 						g = i - c * (dp / 4);
 			const bool	ok = (cmask >> c) & 1u;
 
-			kmg_pp_cp16(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
+			kmg_cp16_zfill(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
 						ok ? 16 : 0);
 		}
 		for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
@@ -695,7 +651,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 						g = i - c * (dq / 16);
 			const bool	ok = (cmask >> c) & 1u;
 
-			kmg_pp_cp16(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
+			kmg_cp16_zfill(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
 						ok ? 16 : 0);
 		}
 		if (tid < NC)
@@ -705,7 +661,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		}
 		if (mine > 0)
 			stage(0);
-		kmg_pp_commit();
+		kmg_cp16_commit();
 		for (int64_t ti = 0; ti < mine; ti++)
 		{
 			const int64_t tile = blockIdx.x + ti * gridDim.x;
@@ -730,8 +686,8 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 			}
 			if (ti + 1 < mine)
 				stage(ti + 1);
-			kmg_pp_commit();
-			kmg_pp_wait1();
+			kmg_cp16_commit();
+			kmg_cp16_wait<1>();
 			__syncthreads();
 #pragma unroll
 			for (int c = 0; c < NC; c++)
@@ -890,7 +846,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 				}
 			}
 		}
-		asm volatile("cp.async.wait_group 0;\n":::"memory");
+		kmg_cp16_wait<0>();
 	}
 
 	/* ---- the block's sums, selections and counters ---- */
@@ -1013,7 +969,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 					const double fk = __ldcg(&a.part[b].fkey);
 					const int	fr = __ldcg(&a.part[b].frow);
 
-					if (kmg_before(fk, fr, key, row))
+					if (KMG_BEFORE(fk, fr, key, row))
 					{
 						key = fk;
 						row = fr;
@@ -1043,7 +999,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 						const double kb = __ldcg(&a.part[b].key[h]);
 						const int	rb = __ldcg(&a.part[b].row[h]);
 
-						if (kmg_before(kb, rb, key, row))
+						if (KMG_BEFORE(kb, rb, key, row))
 						{
 							key = kb;
 							row = rb;
@@ -1057,7 +1013,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 					const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
 					const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
 
-					if (kmg_before(ok, orow, key, row))
+					if (KMG_BEFORE(ok, orow, key, row))
 					{
 						key = ok;
 						row = orow;
@@ -1077,7 +1033,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 					row = srow[0];
 					blk = wsum[0];
 					for (int w = 1; w < KMG_PP_NT / 32; w++)
-						if (kmg_before(skey[w], srow[w], key, row))
+						if (KMG_BEFORE(skey[w], srow[w], key, row))
 						{
 							key = skey[w];
 							row = srow[w];
@@ -1105,7 +1061,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 					const double fk = __ldcg(&a.part[b].fkey);
 					const int	fr = __ldcg(&a.part[b].frow);
 
-					if (kmg_before(fk, fr, key, row))
+					if (KMG_BEFORE(fk, fr, key, row))
 					{
 						key = fk;
 						row = fr;
@@ -1158,11 +1114,11 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 						const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
 						const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
 
-						if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
+						if (mc < L || KMG_BEFORE(key, row, mk[L - 1], mr[L - 1]))
 						{
 							int			p = mc < L ? mc++ : L - 1;
 
-							while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
+							while (p > 0 && KMG_BEFORE(key, row, mk[p - 1], mr[p - 1]))
 							{
 								mk[p] = mk[p - 1];
 								mr[p] = mr[p - 1];
@@ -1178,17 +1134,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 						int			row = head < mc ? mr[head] : INT_MAX;
 						const int	me = row;
 
-						for (int o = 16; o > 0; o >>= 1)
-						{
-							const double ok = __shfl_xor_sync(0xffffffffu, key, o);
-							const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
-
-							if (kmg_before(ok, orow, key, row))
-							{
-								key = ok;
-								row = orow;
-							}
-						}
+						kmg_warp_argmin(key, row);
 						if (row == me && head < mc && row != INT_MAX)
 							head++;
 						if (!(key < st.tau) || row == INT_MAX)

@@ -22,13 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef KM_HD
-#ifdef __CUDACC__
-#define KM_HD static __host__ __device__ __forceinline__
-#else
-#define KM_HD static inline
-#endif
-#endif
+#include "km_hd.h"
 
 /* One step of chain acc: acc += (x - c)^2, the difference rounded first. */
 KM_HD float

@@ -19,6 +19,7 @@
 #define KMG_FINALIZE_BLOCK_CUH
 
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 
 /*
  * The decisions that end an iteration (or a set-up), by one thread: the

@@ -26,6 +26,7 @@
  * whole iteration, so the host only reads a few bytes per batch.
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 #include "update/finalize_block.cuh"
 
 #include <math.h>
@@ -393,21 +394,6 @@ kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_
 	return cub::DeviceRadixSort::SortPairs(temp, bytes, (const int32_t *) a->labels, a->skeys,
 										   iota, a->svals, (int) a->n, 0,
 										   kmg_label_bits(a->k), stream);
-}
-
-/* 128-bit integer (km_fix) sums across a warp: integer adds, any order. */
-__device__ __forceinline__ km_fix
-kmg_fix_warp_sum(km_fix f)
-{
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		km_fix		g;
-
-		g.hi = __shfl_xor_sync(0xffffffffu, f.hi, o);
-		g.lo = __shfl_xor_sync(0xffffffffu, f.lo, o);
-		km_fix_add(&f, g);
-	}
-	return f;
 }
 
 /*
