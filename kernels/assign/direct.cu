@@ -24,7 +24,7 @@
  *	- the sums go into per-block double accumulators in shared memory, one
  *	  copy per group of threads so that no two threads ever add into the same
  *	  cell (no atomics, fixed order), then one fixed-order reduction writes the
- *	  block's partial.  kmg_reduce_partials adds the partials in block order.
+ *	  block's partial.  kmg_reduce_finalize adds the partials in block order.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -503,10 +503,14 @@ kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
  * Cluster sums from the per-block partials, in block order: 32 columns of
  * cluster blockIdx.y per block, each column's blocks split into 8 slices
  * (b = slice, slice + 8, ...) summed by 8 warps, the slices then added in
- * order.  Also the moved total and the count of clusters without weight.
+ * order.  The last block to finish counts the moved rows and the clusters
+ * without weight and ends the iteration (finalize_block.cuh), which one
+ * block can do: every fused plan has k <= KMG_DIRECT_KMAX <= KMG_FIN1_KMAX.
  */
+static_assert(KMG_DIRECT_KMAX <= KMG_FIN1_KMAX, "a fused plan's iteration ends in one block");
+
 __global__ void __launch_bounds__(256)
-kmg_reduce_partials_kernel(kmg_args a, int fin)
+kmg_reduce_finalize_kernel(kmg_args a)
 {
 	__shared__ double sred[8][32];
 	const int	cw = KMG_CW(a.dp);
@@ -538,12 +542,9 @@ kmg_reduce_partials_kernel(kmg_args a, int fin)
 		for (int sl = 1; sl < 8; sl++)
 			s += sred[sl][threadIdx.x];
 		a.clus[(size_t) j * cw + c] = s;
-		if (!fin && c == a.dp && !(s > 0.0))
-			atomicAdd(&a.ctl->nempty, 1);
 	}
-	if (fin)
 	{
-		/* the last block counts, then finishes the iteration (small k) */
+		/* the last block counts, then finishes the iteration */
 		__shared__ int s_last,
 					s_red[2][8];
 		int			moved = 0,
@@ -586,37 +587,16 @@ kmg_reduce_partials_kernel(kmg_args a, int fin)
 			a.ctl->ticket2 = 0;
 		}
 		kmg_finalize_block(a, KMG_FIN_ITER, moved, nempty);
-		return;
-	}
-	if (j == 0 && blockIdx.x == 0 && slice == 1)
-	{
-		int			moved = 0;
-
-		for (int b = threadIdx.x & 31; b < a.nblocks; b += 32)
-			moved += a.part_moved[b];
-		for (int o = 16; o > 0; o >>= 1)
-			moved += __shfl_xor_sync(0xffffffffu, moved, o);
-		if ((threadIdx.x & 31) == 0)
-			a.ctl->moved = moved;
 	}
 }
 
+/* The reduction of the wide and direct passes' partials, ending the iteration. */
 cudaError_t
-kmg_reduce_partials(const kmg_args *a, cudaStream_t stream)
-{
-	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
-
-	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a, 0);
-	return cudaGetLastError();
-}
-
-/* The reduction whose last block also finishes the iteration (k <= KMG_FIN1_KMAX). */
-static cudaError_t
 kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream)
 {
 	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
 
-	kmg_reduce_partials_kernel<<<grid, 256, 0, stream>>>(*a, 1);
+	kmg_reduce_finalize_kernel<<<grid, 256, 0, stream>>>(*a);
 	return cudaGetLastError();
 }
 
@@ -653,7 +633,7 @@ kmg_fused_prepare(kmg_direct_plan *plan, int sms)
  * One fused pass.  In MODE_ITER it is a whole Lloyd iteration: the cluster
  * sums in a->clus, then the finalize (kmg_finalize's rules), inside the
  * pass's own last block for the narrow kernel, in the last block of the
- * reduction for the others (k <= KMG_FIN1_KMAX), else as kmg_finalize.
+ * reduction for the others.
  */
 cudaError_t
 kmg_fused_pass(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
@@ -668,9 +648,5 @@ kmg_fused_pass(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStr
 		e = kmg_direct_assign(a, plan, mode, stream);
 	if (e != cudaSuccess || mode != KMG_MODE_ITER)
 		return e;
-	if (a->k <= KMG_FIN1_KMAX)
-		return kmg_reduce_finalize(a, stream);
-	if ((e = kmg_reduce_partials(a, stream)) != cudaSuccess)
-		return e;
-	return kmg_finalize(a, KMG_FIN_ITER, stream);
+	return kmg_reduce_finalize(a, stream);
 }

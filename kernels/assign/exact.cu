@@ -18,10 +18,7 @@
  * of the GEMM's best, i.e. for the two or three centroids that can still
  * win.  That is exact: a centroid farther than the slack cannot be the exact
  * winner (the argument of km_filter_slack), so the minimum over the
- * candidates, ties to the lowest index, is km_exact_nearest's answer.  With
- * km_filter_top3's outputs (a->fthird set; the engine does not, see
- * NOTES.md), kmg_classify settles a row whose third value is beyond the
- * slack between its two best, in the thread.
+ * candidates, ties to the lowest index, is km_exact_nearest's answer.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -31,9 +28,8 @@
 #include <stdlib.h>
 
 /*
- * Per row: the filter's winner when the gap beats the slack; else, when the
- * third value is beyond the slack, the exact winner of the two best (two
- * chains in this thread); else the row goes on the ambiguous list.
+ * Per row: the filter's winner when the gap beats the slack, else the row
+ * goes on the ambiguous list.
  */
 __global__ void
 kmg_classify_kernel(kmg_args a, int mode)
@@ -41,8 +37,7 @@ kmg_classify_kernel(kmg_args a, int mode)
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const int64_t start = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
 	const int	iter = mode == KMG_MODE_ITER;
-	int			moved = 0,
-				npair = 0;
+	int			moved = 0;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -63,35 +58,7 @@ kmg_classify_kernel(kmg_args a, int mode)
 
 			amb = all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack) ||
 				!(f2 - f1 > slack);
-			if (amb && a.fthird != NULL &&
-				!(all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack)) &&
-				a.fthird[i] - f1 > slack)
-			{
-				/* only best and second are within the slack: exact between them */
-				const int	b1 = a.best[i],
-							b2 = a.second[i];
-				double		e1,
-							e2;
-				int			b;
-
-				kmg_exact_cost4_pair(a.X + (size_t) i * a.dp, a.C + (size_t) b1 * a.dp,
-									 a.C + (size_t) b2 * a.dp, a.cosine ? a.cnorm[b1] : 0.0,
-									 a.cosine ? a.cnorm[b2] : 0.0, a.dp, a.cosine, &e1, &e2);
-				b = (e2 < e1 || (e2 == e1 && b2 < b1)) ? b2 : b1;
-				npair++;
-				amb = 0;
-				if (iter)
-				{
-					if (a.labels[i] != b)
-					{
-						moved++;
-						a.labels[i] = b;
-					}
-				}
-				else
-					a.labels[i] = b;
-			}
-			else if (!amb)
+			if (!amb)
 			{
 				const int	b = a.best[i];
 
@@ -126,7 +93,6 @@ kmg_classify_kernel(kmg_args a, int mode)
 	}
 	if (iter)
 		kmg_block_add_int(moved, &a.ctl->moved);
-	kmg_block_add_int(npair, &a.ctl->npair);
 }
 
 cudaError_t

@@ -77,8 +77,6 @@ struct KmTile
 	static constexpr int SM_CN = 2 * BN;
 	static constexpr int SM_ST = 3 * TM * NT;
 	static constexpr size_t SMEM = (size_t) (SM_A + SM_X + SM_B + SM_CN + SM_ST) * sizeof(float);
-	/* top-3: best, its index, second, its index, third */
-	static constexpr size_t SMEM3 = (size_t) (SM_A + SM_X + SM_B + SM_CN + 5 * TM * NT) * sizeof(float);
 
 	static_assert(LR * LC == 32, "a warp is 32 lanes");
 	static_assert(LR <= 8 && LC <= 8, "one wavefront per LDS.128");
@@ -140,43 +138,17 @@ km_top2_merge(float &b1, int &bi, float &b2, float c1, int ci, float c2)
 }
 
 /*
- * Insert (v, iv) into a top-3 (b1, i1, b2, i2, b3): ordered by value, then
- * index; the third keeps only its value.
- */
-__device__ __forceinline__ void
-km_top3_insert(float &b1, int &i1, float &b2, int &i2, float &b3, float v, int iv)
-{
-	if (v < b1 || (v == b1 && iv < i1))
-	{
-		b3 = b2;
-		b2 = b1;
-		i2 = i1;
-		b1 = v;
-		i1 = iv;
-	}
-	else if (v < b2 || (v == b2 && iv < i2))
-	{
-		b3 = b2;
-		b2 = v;
-		i2 = iv;
-	}
-	else if (v < b3)
-		b3 = v;
-}
-
-/*
  * One block: rows [m0, m0 + BM) against every centroid tile.  Bt is the
  * prepared operand (tile t, slice s at Bt + (t * S + s) * 8 * BN, laid out
  * [8][BN]); Cn the padded cn (+INF past k).
  */
-template <class T, bool TOP3>
+template <class T>
 __device__ __forceinline__ void
 km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			   const float *__restrict__ Bt, const float *__restrict__ Cn,
 			   int k, int ntiles,
 			   int32_t *__restrict__ best, float *__restrict__ fbest,
-			   int32_t *__restrict__ second, float *__restrict__ fsecond,
-			   float *__restrict__ fthird, const int *stop)
+			   float *__restrict__ fsecond, const int *stop)
 {
 	constexpr int BM = T::BM, BN = T::BN, TM = T::TM, TN = T::TN, NT = T::NT;
 	constexpr int AP = T::AP;
@@ -189,9 +161,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 	float4	   *St1 = reinterpret_cast<float4 *>(Cs + T::SM_CN);	/* [TM/4][NT] */
 	float4	   *St2 = St1 + (TM / 4) * NT;
 	int4	   *StI = reinterpret_cast<int4 *>(St2 + (TM / 4) * NT);
-	/* top-3 only: third value, index of the second */
-	float4	   *St3 = reinterpret_cast<float4 *>(StI + (TM / 4) * NT);
-	int4	   *StJ = reinterpret_cast<int4 *>(St3 + (TM / 4) * NT);
 
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
@@ -247,19 +216,15 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 
 	/* Running top-2 per row of the micro-tile, over this lane's columns. */
 	float		r1[TM],
-				r2[TM],
-				r3[TM];
-	int			ri[TM],
-				rj[TM];
+				r2[TM];
+	int			ri[TM];
 
 #pragma unroll
 	for (int i = 0; i < TM; i++)
 	{
 		r1[i] = INFINITY;
 		r2[i] = INFINITY;
-		r3[i] = INFINITY;
 		ri[i] = INT_MAX;
-		rj[i] = INT_MAX;
 	}
 	if (!T::REG)
 	{
@@ -269,11 +234,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			St1[g * NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
 			St2[g * NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
 			StI[g * NT + tid] = make_int4(INT_MAX, INT_MAX, INT_MAX, INT_MAX);
-			if constexpr (TOP3)
-			{
-				St3[g * NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
-				StJ[g * NT + tid] = make_int4(INT_MAX, INT_MAX, INT_MAX, INT_MAX);
-			}
 		}
 	}
 	kmg_cp16_wait<0>();
@@ -388,38 +348,24 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 				for (int g = 0; g < TM / 4; g++)
 				{
 					float4		v1,
-								v2,
-								v3 = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
-					int4		vi,
-								vj = make_int4(INT_MAX, INT_MAX, INT_MAX, INT_MAX);
+								v2;
+					int4		vi;
 
 					if (T::REG)
 					{
 						v1 = make_float4(r1[g * 4], r1[g * 4 + 1], r1[g * 4 + 2], r1[g * 4 + 3]);
 						v2 = make_float4(r2[g * 4], r2[g * 4 + 1], r2[g * 4 + 2], r2[g * 4 + 3]);
 						vi = make_int4(ri[g * 4], ri[g * 4 + 1], ri[g * 4 + 2], ri[g * 4 + 3]);
-						if constexpr (TOP3)
-						{
-							v3 = make_float4(r3[g * 4], r3[g * 4 + 1], r3[g * 4 + 2], r3[g * 4 + 3]);
-							vj = make_int4(rj[g * 4], rj[g * 4 + 1], rj[g * 4 + 2], rj[g * 4 + 3]);
-						}
 					}
 					else
 					{
 						v1 = St1[g * NT + tid];
 						v2 = St2[g * NT + tid];
 						vi = StI[g * NT + tid];
-						if constexpr (TOP3)
-						{
-							v3 = St3[g * NT + tid];
-							vj = StJ[g * NT + tid];
-						}
 					}
 					float		b1[4] = {v1.x, v1.y, v1.z, v1.w};
 					float		b2[4] = {v2.x, v2.y, v2.z, v2.w};
-					float		b3[4] = {v3.x, v3.y, v3.z, v3.w};
 					int			bi[4] = {vi.x, vi.y, vi.z, vi.w};
-					int			bj[4] = {vj.x, vj.y, vj.z, vj.w};
 
 #pragma unroll
 					for (int q = 0; q < 4; q++)
@@ -428,15 +374,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 						{
 							const float f = acc[g * 4 + q][j];
 
-							if constexpr (TOP3)
-							{
-								/* columns ascend: ties keep the earlier index */
-								const bool	lt1 = f < b1[q],
-											lt2 = f < b2[q];
-
-								b3[q] = fminf(b3[q], fmaxf(b2[q], f));
-								bj[q] = lt1 ? bi[q] : (lt2 ? col[j] : bj[q]);
-							}
 							b2[q] = fminf(b2[q], fmaxf(b1[q], f));
 							if (f < b1[q])
 							{
@@ -452,11 +389,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 							r1[g * 4 + q] = b1[q];
 							r2[g * 4 + q] = b2[q];
 							ri[g * 4 + q] = bi[q];
-							if constexpr (TOP3)
-							{
-								r3[g * 4 + q] = b3[q];
-								rj[g * 4 + q] = bj[q];
-							}
 						}
 					}
 					else
@@ -464,11 +396,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 						St1[g * NT + tid] = make_float4(b1[0], b1[1], b1[2], b1[3]);
 						St2[g * NT + tid] = make_float4(b2[0], b2[1], b2[2], b2[3]);
 						StI[g * NT + tid] = make_int4(bi[0], bi[1], bi[2], bi[3]);
-						if constexpr (TOP3)
-						{
-							St3[g * NT + tid] = make_float4(b3[0], b3[1], b3[2], b3[3]);
-							StJ[g * NT + tid] = make_int4(bj[0], bj[1], bj[2], bj[3]);
-						}
 					}
 				}
 			}
@@ -492,11 +419,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			St1[g * NT + tid] = make_float4(r1[g * 4], r1[g * 4 + 1], r1[g * 4 + 2], r1[g * 4 + 3]);
 			St2[g * NT + tid] = make_float4(r2[g * 4], r2[g * 4 + 1], r2[g * 4 + 2], r2[g * 4 + 3]);
 			StI[g * NT + tid] = make_int4(ri[g * 4], ri[g * 4 + 1], ri[g * 4 + 2], ri[g * 4 + 3]);
-			if constexpr (TOP3)
-			{
-				St3[g * NT + tid] = make_float4(r3[g * 4], r3[g * 4 + 1], r3[g * 4 + 2], r3[g * 4 + 3]);
-				StJ[g * NT + tid] = make_int4(rj[g * 4], rj[g * 4 + 1], rj[g * 4 + 2], rj[g * 4 + 3]);
-			}
 		}
 		__syncthreads();
 	}
@@ -505,8 +427,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 	const float *s1f = reinterpret_cast<const float *>(St1);
 	const float *s2f = reinterpret_cast<const float *>(St2);
 	const int  *sif = reinterpret_cast<const int *>(StI);
-	const float *s3f = reinterpret_cast<const float *>(St3);
-	const int  *sjf = reinterpret_cast<const int *>(StJ);
 
 	for (int r = tid; r < BM; r += NT)
 	{
@@ -516,10 +436,8 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 		const int	lr_ = (rem % (T::LR * 4)) / 4;
 		const int	q = rem % 4;
 		float		b1 = INFINITY,
-					b2 = INFINITY,
-					b3 = INFINITY;
-		int			bi = INT_MAX,
-					bj = INT_MAX;
+					b2 = INFINITY;
+		int			bi = INT_MAX;
 
 		for (int wc_ = 0; wc_ < T::WN; wc_++)
 			for (int lc_ = 0; lc_ < T::LC; lc_++)
@@ -527,14 +445,7 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 				const int	src = (wr_ * T::WN + wc_) * 32 + lr_ * T::LC + lc_;
 				const int	e = (g * NT + src) * 4 + q;
 
-				if constexpr (TOP3)
-				{
-					km_top3_insert(b1, bi, b2, bj, b3, s1f[e], sif[e]);
-					km_top3_insert(b1, bi, b2, bj, b3, s2f[e], sjf[e]);
-					km_top3_insert(b1, bi, b2, bj, b3, s3f[e], INT_MAX);
-				}
-				else
-					km_top2_merge(b1, bi, b2, s1f[e], sif[e], s2f[e]);
+				km_top2_merge(b1, bi, b2, s1f[e], sif[e], s2f[e]);
 			}
 
 		const int64_t row = m0 + r;
@@ -546,11 +457,6 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			best[row] = b;
 			fbest[row] = b1;
 			fsecond[row] = b2;
-			if constexpr (TOP3)
-			{
-				second[row] = bj < k ? bj : b;
-				fthird[row] = b3;
-			}
 		}
 	}
 }
@@ -563,20 +469,7 @@ km_filter_kernel(const float *__restrict__ X, int64_t n, int dp,
 				 int32_t *__restrict__ best, float *__restrict__ fbest,
 				 float *__restrict__ fsecond, const int *stop)
 {
-	km_filter_body<T, false>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, nullptr, fsecond, nullptr, stop);
-}
-
-/* The top-3 variant (km_filter_top3). */
-template <class T>
-__global__ void __launch_bounds__(T::NT, T::MINB)
-km_filter3_kernel(const float *__restrict__ X, int64_t n, int dp,
-				  const float *__restrict__ Bt, const float *__restrict__ Cn,
-				  int k, int ntiles,
-				  int32_t *__restrict__ best, float *__restrict__ fbest,
-				  int32_t *__restrict__ second, float *__restrict__ fsecond,
-				  float *__restrict__ fthird, const int *stop)
-{
-	km_filter_body<T, true>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, second, fsecond, fthird, stop);
+	km_filter_body<T>(X, n, dp, Bt, Cn, k, ntiles, best, fbest, fsecond, stop);
 }
 
 /*
@@ -679,38 +572,6 @@ km_filter_top2_t(const float *X, int64_t n, int dp, const void *work, int k, int
 	return cudaGetLastError();
 }
 
-template <class T>
-cudaError_t
-km_filter_top3_t(const float *X, int64_t n, int dp, const void *work, int k, int kp,
-				 int32_t *best, float *fbest, int32_t *second, float *fsecond,
-				 float *fthird, cudaStream_t stream, const int *stop = nullptr)
-{
-	if (n < 0 || k < 1 || kp < k || dp < KM_BK || dp % KM_BK != 0)
-		return cudaErrorInvalidValue;
-	if (n == 0)
-		return cudaSuccess;
-	if (!X || !work || !best || !fbest || !second || !fsecond || !fthird)
-		return cudaErrorInvalidValue;
-
-	const int	ntiles = (k + T::BN - 1) / T::BN;
-	const int	ptiles = (kp + T::BN - 1) / T::BN;
-	const int64_t blocks = (n + T::BM - 1) / T::BM;
-
-	if ((int64_t) ntiles * (dp / KM_BK) > INT_MAX || blocks > INT_MAX)
-		return cudaErrorInvalidValue;
-
-	const float *Bt = static_cast<const float *>(work);
-	const float *Cnt = Bt + (size_t) ptiles * T::BN * dp;
-	cudaError_t err = cudaFuncSetAttribute(km_filter3_kernel<T>,
-										   cudaFuncAttributeMaxDynamicSharedMemorySize,
-										   (int) T::SMEM3);
-
-	if (err != cudaSuccess)
-		return err;
-	km_filter3_kernel<T><<<(unsigned) blocks, T::NT, T::SMEM3, stream>>>(
-		X, n, dp, Bt, Cnt, k, ntiles, best, fbest, second, fsecond, fthird, stop);
-	return cudaGetLastError();
-}
 
 }								/* namespace */
 
@@ -756,16 +617,4 @@ km_filter_top2(const float *X, int64_t n, int dp, const void *work, int k, int k
 											 stop);
 	return km_filter_top2_t<KmProdLarge>(X, n, dp, work, k, kp, best, fbest, fsecond, stream,
 										 stop);
-}
-
-cudaError_t
-km_filter_top3(const float *X, int64_t n, int dp, const void *work, int k, int kp,
-			   int32_t *best, float *fbest, int32_t *second, float *fsecond, float *fthird,
-			   cudaStream_t stream, const int *stop)
-{
-	if (k <= KM_SMALL_K)
-		return km_filter_top3_t<KmProdSmall>(X, n, dp, work, k, kp, best, fbest, second, fsecond,
-											 fthird, stream, stop);
-	return km_filter_top3_t<KmProdLarge>(X, n, dp, work, k, kp, best, fbest, second, fsecond,
-										 fthird, stream, stop);
 }

@@ -57,23 +57,4 @@ cudaError_t km_filter_top2(const float *X, int64_t n, int dp,
 						   int32_t *best, float *fbest, float *fsecond,
 						   cudaStream_t stream, const int *stop = nullptr);
 
-/*
- * The same product with a top-3 per row: in addition to best, fbest and
- * fsecond (as above),
- *
- *		second[i] = a column j != best with f_ij = fsecond[i] (the lowest such j
- *					when several tie; best[i] when k == 1)
- *		fthird[i] = the third smallest f_ij counted with multiplicity
- *					(+INFINITY when k <= 2)
- *
- * so that a row whose fthird - fbest exceeds the slack has at most two
- * candidates, best and second, and is settled with two exact distances
- * instead of a scan over all k centroids.  Same work buffer as top2.
- */
-cudaError_t km_filter_top3(const float *X, int64_t n, int dp,
-						   const void *work, int k, int kp,
-						   int32_t *best, float *fbest, int32_t *second,
-						   float *fsecond, float *fthird, cudaStream_t stream,
-						   const int *stop = nullptr);
-
 #endif							/* KM_ASSIGN_GEMM_CUH */

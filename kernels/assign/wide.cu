@@ -5,7 +5,7 @@
  *	  float32 filter, the label and moved count and the per-block M-step
  *	  sums; rows the filter cannot settle are listed per block, in row
  *	  order, and the block settles them after its last round and adds them
- *	  to its sums.  kmg_reduce_partials then adds the partials in block
+ *	  to its sums.  kmg_reduce_finalize then adds the partials in block
  *	  order (and its last block ends the iteration).
  *
  * Plain C reference: km_ref_assign / the sums of km_ref_lloyd
@@ -125,7 +125,6 @@ kmg_wide_kernel(kmg_args a, int mode)
 	const int	warp = tid >> 5;
 	const int	grp = lane / S;		/* row of the warp */
 	const int	sl = lane % S;		/* chunk lane */
-	const unsigned gmask = 0xffu << (grp * S);
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -614,7 +613,6 @@ kmg_wide_kernel(kmg_args a, int mode)
 			a.part_moved[blockIdx.x] = mv;
 		}
 	}
-	(void) gmask;
 }
 
 /* The instances. */
@@ -689,7 +687,7 @@ kmg_wide_prepare(kmg_direct_plan *plan, int sms)
 
 /*
  * One pass: labels for every row; in MODE_ITER the block partials (rows
- * within the slack included) and the moved counts, for kmg_reduce_partials.
+ * within the slack included) and the moved counts, for kmg_reduce_finalize.
  */
 cudaError_t
 kmg_wide_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)

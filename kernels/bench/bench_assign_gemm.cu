@@ -627,8 +627,6 @@ struct Problem
 	int32_t    *best;
 	float	   *fbest,
 			   *fsecond;
-	int32_t    *second;			/* top-3 versions */
-	float	   *fthird;
 	cudaStream_t stream;
 };
 
@@ -640,7 +638,6 @@ struct Version
 	std::function<size_t(int, int)> work_bytes;
 	std::function<cudaError_t(const Problem &)> prepare;
 	std::function<cudaError_t(const Problem &)> run;
-	bool		top3 = false;	/* also writes second and fthird (km_filter_top3) */
 };
 
 template <class T>
@@ -651,17 +648,6 @@ tiled2(const char *name, const char *what)
 		[](int kp, int dp) { return km_filter_work_bytes_t<T::BN>(kp, dp); },
 		[](const Problem &p) { return km_filter_prepare_t<T::BN>(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
 		[](const Problem &p) { return km_filter_top2_v2<T>(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }};
-}
-
-template <class T>
-static Version
-tiled3(const char *name, const char *what)
-{
-	return Version{name, what, false,
-		[](int kp, int dp) { return km_filter_work_bytes_t<T::BN>(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare_t<T::BN>(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top3_t<T>(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.second, p.fsecond, p.fthird, p.stream); },
-		true};
 }
 
 template <class T>
@@ -697,12 +683,6 @@ all_versions()
 		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
 		[](const Problem &p) { return km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
 		[](const Problem &p) { return km_filter_top2(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
-	v.push_back(Version{"k3t", "PRODUCTION km_filter_top3 (top-3 of k3/k7: + second index, third value)", false,
-		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top3(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.second, p.fsecond, p.fthird, p.stream); },
-		true});
-	v.push_back(tiled3<KmTile<128, 256, 2, 4, 8, 8, 16, false, 1>>("k6t", "top-3, 128x256 256t 8x16 smem-state 1/SM"));
 	/*
 	 * The sweep.  KmTile (km_filter_kernel of assign_gemm.cu: X slice
 	 * transposed by each thread, 2 stages): BM, BN, warps WM x WN, lanes
@@ -737,8 +717,6 @@ struct RowRef
 	double		m1,
 				m2;
 	float		xnorm;
-	double		m3;				/* third smallest, with multiplicity */
-	int			arg2;			/* lowest index != arg with value m2 */
 };
 
 static double
@@ -804,8 +782,6 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 	CK(cudaMalloc(&p.best, (size_t) n * sizeof(int32_t)));
 	CK(cudaMalloc(&p.fbest, (size_t) n * sizeof(float)));
 	CK(cudaMalloc(&p.fsecond, (size_t) n * sizeof(float)));
-	CK(cudaMalloc(&p.second, (size_t) n * sizeof(int32_t)));
-	CK(cudaMalloc(&p.fthird, (size_t) n * sizeof(float)));
 	CK(cudaMemsetAsync(p.C, 0, (size_t) p.kp * p.dp * sizeof(float), st));
 
 	/* centroids: the offset data's centroids carry the offset too */
@@ -875,7 +851,7 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 	ds.ref.resize(m);
 	parallel_for(m, [&](int s) {
 		const float *x = &ds.hxs[(size_t) s * p.dp];
-		RowRef		r = {0, INFINITY, INFINITY, 0.0f, INFINITY, -1};
+		RowRef		r = {0, INFINITY, INFINITY, 0.0f};
 		double		xx = 0.0;
 
 		for (int t = 0; t < p.dp; t++)
@@ -887,20 +863,12 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 
 			if (f < r.m1)
 			{
-				r.m3 = r.m2;
 				r.m2 = r.m1;
-				r.arg2 = r.arg;
 				r.m1 = f;
 				r.arg = j;
 			}
 			else if (f < r.m2)
-			{
-				r.m3 = r.m2;
 				r.m2 = f;
-				r.arg2 = j;
-			}
-			else if (f < r.m3)
-				r.m3 = f;
 		}
 		ds.ref[s] = r;
 	});
@@ -918,8 +886,6 @@ free_dataset(Dataset &ds)
 	CK(cudaFree(p.best));
 	CK(cudaFree(p.fbest));
 	CK(cudaFree(p.fsecond));
-	CK(cudaFree(p.second));
-	CK(cudaFree(p.fthird));
 }
 
 static bool
@@ -943,8 +909,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 	CK(cudaMemsetAsync(p.best, 0xff, n * sizeof(int32_t), p.stream));
 	CK(cudaMemsetAsync(p.fbest, 0xff, n * sizeof(float), p.stream));	/* NaN */
 	CK(cudaMemsetAsync(p.fsecond, 0xff, n * sizeof(float), p.stream));
-	CK(cudaMemsetAsync(p.second, 0xff, n * sizeof(int32_t), p.stream));
-	CK(cudaMemsetAsync(p.fthird, 0xff, n * sizeof(float), p.stream));
 	CK(cudaMemsetAsync(p.work, 0xff, v.work_bytes(p.kp, p.dp), p.stream));	/* stale work: NaN */
 
 	cudaError_t e = v.prepare(p);
@@ -969,15 +933,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 	CK(cudaMemcpy(best.data(), p.best, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(fb.data(), p.fbest, n * sizeof(float), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(fs.data(), p.fsecond, n * sizeof(float), cudaMemcpyDeviceToHost));
-
-	std::vector<int32_t> sec(n, 0);
-	std::vector<float> ft(n, 0.0f);
-
-	if (v.top3)
-	{
-		CK(cudaMemcpy(sec.data(), p.second, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(ft.data(), p.fthird, n * sizeof(float), cudaMemcpyDeviceToHost));
-	}
 
 	long		fails = 0;
 	auto		fail = [&](int64_t i, const char *why, double a, double b, double tol) {
@@ -1006,20 +961,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 				fail(i, "twin centroid beat its lower twin", best[i], 0, 0);
 			if (best[i] + 1 < p.k && !same_bits(fs[i], fb[i]))
 				fail(i, "fsecond != fbest with a twin", fs[i], fb[i], 0);
-			if (v.top3 && best[i] + 1 < p.k && sec[i] != best[i] + 1)
-				fail(i, "top3: second is not the twin", sec[i], best[i] + 1, 0);
-		}
-		if (v.top3)
-		{
-			if (sec[i] < 0 || sec[i] >= p.k || (p.k > 1 && sec[i] == best[i]))
-				fail(i, "top3: second out of range or == best", sec[i], best[i], 0);
-			else if (p.k <= 2 ? !(std::isinf(ft[i]) && ft[i] > 0) : !std::isfinite(ft[i]))
-				fail(i, "top3: fthird wrong kind", ft[i], 0, 0);
-			else if (!(ft[i] >= fs[i]))
-				fail(i, "top3: fthird < fsecond", ft[i], fs[i], 0);
-			if (ds.dupx > 1 && i % ds.dupx == ds.dupx - 1 &&
-				(sec[i] != sec[i - 1] || !same_bits(ft[i], ft[i - 1])))
-				fail(i, "top3: duplicated row differs", ft[i], ft[i - 1], 0);
 		}
 	}
 
@@ -1059,28 +1000,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 		}
 		if (r.m2 - r.m1 > 2 * slack && best[i] != r.arg)
 			fail(i, "wrong argmin with a clear gap", best[i], r.arg, 0);
-		if (v.top3 && p.k > 1 && sec[i] >= 0 && sec[i] < p.k)
-		{
-			const double f2ref = ref_f(x, &ds.hC[(size_t) sec[i] * p.dp], ds.hcn[sec[i]], p.dp);
-
-			if (!(fabs(fs[i] - f2ref) <= slack))
-				fail(i, "top3: |fsecond - F[second]| > slack", fs[i], f2ref, slack);
-			if (p.k > 2)
-			{
-				const double e3 = fabs(ft[i] - r.m3);
-
-				worst = std::max(worst, e3 / (2 * slack));
-				if (!(e3 <= 2 * slack))
-					fail(i, "top3: |fthird - third min| > 2 slack", ft[i], r.m3, 2 * slack);
-			}
-			if (ds.kind == D_INTS)
-			{
-				if (sec[i] != r.arg2)
-					fail(i, "ints: second != lowest second index", sec[i], r.arg2, 0);
-				if (p.k > 2 && (double) ft[i] != r.m3)
-					fail(i, "ints: fthird inexact", ft[i], r.m3, 0);
-			}
-		}
 		if (ds.kind == D_INTS)
 		{
 			/* every product and sum is an exact small integer in float32 */

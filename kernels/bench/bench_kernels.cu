@@ -121,8 +121,6 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->best = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->fbest = (float *) dmalloc(sizeof(float) * n);
 	a->fsecond = (float *) dmalloc(sizeof(float) * n);
-	a->second = (int32_t *) dmalloc(sizeof(int32_t) * n);
-	a->fthird = (float *) dmalloc(sizeof(float) * n);
 	a->wrow = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->wmask = (uint32_t *) dmalloc(sizeof(uint32_t) * n);
 	a->ishift = KM_FIX_UNSET;
@@ -219,8 +217,8 @@ free_setup(setup *s)
 	void	   *ps[] = {s->X, (void *) a->xnorm, a->C, a->cn, a->cnf, a->cnorm, a->labels, a->best,
 		a->fbest, a->fsecond, a->cost, a->amb, a->skeys, a->svals, a->clus, a->reloc,
 		a->empties, a->ctl, a->stats, s->iota, s->work, s->temp, a->part, a->part_moved,
-		a->bounds, a->pclus, a->ptab, a->npieces, a->pdone, a->ppart, a->xcost, a->xidx, a->second,
-		a->fthird, a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
+		a->bounds, a->pclus, a->ptab, a->npieces, a->pdone, a->ppart, a->xcost, a->xidx,
+		a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
 
 	if (a->Cf != a->C)
 		CK(cudaFree(a->Cf));
@@ -245,10 +243,8 @@ gpu_labels(setup *s, int direct)
 	else
 	{
 		CK(cudaMemset(&a.ctl->namb, 0, sizeof(int)));
-		CK(cudaMemset(&a.ctl->npair, 0, sizeof(int)));
 		CK(km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, s->work, 0));
-		CK(km_filter_top3(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.second,
-						  a.fsecond, a.fthird, 0));
+		CK(km_filter_top2(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.fsecond, 0));
 		CK(kmg_classify(&a, KMG_MODE_LABELS, 0));
 		CK(kmg_exact_refine(&a, KMG_MODE_LABELS, s->sms, 0));
 	}
@@ -326,13 +322,6 @@ validate_labels(void)
 			namb = 0;
 			for (int v : wc)
 				namb += v;
-		}
-		else if (!cs[t].direct)
-		{
-			int			npair = 0;
-
-			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
-			printf("     (filter: %d rows settled between the two best)\n", npair);
 		}
 		ref_assign(xf, n, d, C, k, cs[t].cosine, rl, NULL);
 		for (int64_t r = 0; r < n; r++)
@@ -542,25 +531,13 @@ st_top2(setup *s)
 						  s->a.fsecond, 0);
 }
 
-static cudaError_t
-st_top3(setup *s)
-{
-	return km_filter_top3(s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best, s->a.fbest,
-						  s->a.second, s->a.fsecond, s->a.fthird, 0);
-}
-
-/* as the engine runs it: after km_filter_top2, no pair settling */
+/* as the engine runs it, after km_filter_top2 */
 static cudaError_t
 st_classify(setup *s)
 {
-	kmg_args	a = s->a;
 	cudaError_t e = cudaMemset(&s->a.ctl->namb, 0, sizeof(int));
 
-	a.second = NULL;
-	a.fthird = NULL;
-	if (e == cudaSuccess)
-		e = cudaMemset(&s->a.ctl->npair, 0, sizeof(int));
-	return e != cudaSuccess ? e : kmg_classify(&a, KMG_MODE_ITER, 0);
+	return e != cudaSuccess ? e : kmg_classify(&s->a, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
@@ -614,7 +591,7 @@ st_reduce(setup *s)
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	return kmg_reduce_partials(&a, 0);
+	return kmg_reduce_finalize(&a, 0);
 }
 
 /* the labels-only pass (final pass, assign) */
@@ -744,7 +721,7 @@ bench(void)
 				{
 					CK(kmg_direct_prepare(&s.plan, s.sms));
 					s.a.nblocks = s.plan.nblocks;
-					printf("  run-2 kmg_direct_kernel: pass %.1f  reduce %.1f\n",
+					printf("  run-2 kmg_direct_kernel: pass %.1f  reduce + finalize %.1f\n",
 						   time_step(&s, st_direct_old), time_step(&s, st_reduce));
 					s.a.nblocks = keep.nblocks;
 				}
@@ -754,25 +731,21 @@ bench(void)
 		/* the filter path on every shape (the small ones only for reference) */
 		{
 			double		tp = time_step(&s, st_prepare),
-						t3 = time_step(&s, st_top3),
-						tt = time_step(&s, st_top2),	/* last: classify reads its output */
+						tt = time_step(&s, st_top2),	/* before classify: it reads its output */
 						tc = time_step(&s, st_classify),
 						tx,
 						ts,
 						tg,
 						tf;
-			int			npair = 0;
 
 			CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
-			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
 			tx = time_step(&s, st_exact);
 			ts = time_step(&s, st_sort);
 			tg = time_step(&s, st_segment);
 			tf = time_step(&s, st_finalize);
-			printf("  filter path: prepare %.1f  top2 %.1f  (top3 %.1f, +%.1f%%)  classify %.1f  exact %.1f (%d listed, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
-				   tp, tt, t3, 100.0 * (t3 / tt - 1.0), tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
+			printf("  filter path: prepare %.1f  top2 %.1f  classify %.1f  exact %.1f (%d listed, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
+				   tp, tt, tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
 				   tp + tc + tx + ts + tg + tf, 100.0 * (tp + tc + tx + ts + tg + tf) / tt);
-			(void) npair;
 		}
 		fflush(stdout);
 		free_setup(&s);

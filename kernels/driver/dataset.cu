@@ -49,7 +49,8 @@ struct km_gpu_dataset
 /* Live datasets, for release_all. */
 static km_gpu_dataset *kmg_live = NULL;
 
-void
+/* Put a new dataset on the live list. */
+static void
 kmg_ds_link(km_gpu_dataset *ds)
 {
 	ds->prev_ds = NULL;

@@ -18,7 +18,7 @@
  * Per iteration:
  *	small k:      kmg_fused_pass (assign_direct.cu): the narrow kernel alone
  *	              (dp <= 32; its last block ends the iteration), or the wide
- *	              or direct kernel -> kmg_reduce_partials (whose last block
+ *	              or direct kernel -> kmg_reduce_finalize (whose last block
  *	              ends the iteration)
  *	otherwise:    km_filter_prepare -> km_filter_top2 (skipped when the run
  *	              has stopped) -> kmg_classify -> kmg_exact_refine ->
@@ -274,7 +274,7 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 		if (colsum == NULL)
 			return cudaErrorMemoryAllocation;
 	}
-	e = kmg_row_stats_run(w->a.X, w->a.W, sh->n, sh->d, sh->dp, sh->cosine, sh->centrable,
+	e = kmg_row_stats_run(w->a.X, w->a.W, sh->n, sh->d, sh->dp, sh->centrable,
 						  w->stats_work, colsum, &st, s);
 	if (e == cudaSuccess && sh->centrable)
 	{

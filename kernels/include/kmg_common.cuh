@@ -86,13 +86,9 @@ typedef struct kmg_ctl
 	int			all_exact;		/* degenerate centroids: settle every row exactly */
 	int			max_iter;
 	unsigned int ticket;		/* last-block detection of finalize */
-	int			ambiguous;		/* ambiguous rows of this iteration */
 	float		cmax;			/* max_j |c'_j| of the current centroids */
 	unsigned int ticket2;		/* last-block detection of the fused passes */
 	double		tol;
-	double		est;
-	int			npair;			/* rows settled between the filter's two best */
-	int			pad2;
 } kmg_ctl;
 
 /* Statistics of one finished iteration, read back between batches. */
@@ -102,7 +98,7 @@ typedef struct kmg_stat
 	double		inertia;		/* estimate: sum w (fbest + |x|^2) */
 	int			moved;
 	int			relocated;
-	int			ambiguous;		/* rows settled exactly (pairs included) */
+	int			ambiguous;		/* rows settled exactly */
 	int			stop;
 } kmg_stat;
 
@@ -135,11 +131,9 @@ typedef struct kmg_args
 
 	/* per row */
 	int32_t    *labels;
-	int32_t    *best;			/* filter output (km_filter_top3) */
+	int32_t    *best;			/* filter output (km_filter_top2) */
 	float	   *fbest;
 	float	   *fsecond;
-	int32_t    *second;
-	float	   *fthird;
 	double	   *cost;			/* exact cost to the label */
 	int32_t    *amb;			/* ambiguous rows (filter path) */
 	int32_t    *skeys;			/* labels, sorted */
@@ -228,8 +222,8 @@ typedef struct kmg_row_stats
 
 size_t		kmg_stats_bytes(int64_t n, int dp);
 cudaError_t kmg_row_stats_run(const float *X, const float *W, int64_t n, int d, int dp,
-							  int cosine, int colsums, void *work, double *colsum,
-							  kmg_row_stats *stats, cudaStream_t stream);
+							  int colsums, void *work, double *colsum, kmg_row_stats *stats,
+							  cudaStream_t stream);
 cudaError_t kmg_centred_norms(const float *X, const float *mu, int64_t n, int d, int dp,
 							  float *xnorm, cudaStream_t stream);
 cudaError_t kmg_expand_rows(const float *src, int64_t rows, int d, int dp, float *dst,
@@ -263,7 +257,7 @@ kmg_direct_plan kmg_direct_make_plan(int64_t n, int d, int dp, int k, int mode,
 cudaError_t kmg_direct_prepare(kmg_direct_plan *plan, int sms);
 cudaError_t kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
 							  cudaStream_t stream);
-cudaError_t kmg_reduce_partials(const kmg_args *a, cudaStream_t stream);
+cudaError_t kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream);
 
 /* ---- assign_narrow.cu: the fused pass for dp <= 32 ---- */
 kmg_direct_plan kmg_narrow_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin);
@@ -406,7 +400,6 @@ void		kmg_host_free(const km_hooks *hooks, void *p);
 	} while (0)
 
 /* ---- gpu_dataset.cu ---- */
-void		kmg_ds_link(km_gpu_dataset *ds);
 km_gpu_dataset *kmg_ds_create(int d, int weighted, int64_t expected_rows, int internal,
 							  km_error *err);
 float	   *kmg_ds_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_error *err);

@@ -30,10 +30,11 @@
 /* ---- the exact distance ---- */
 
 /*
- * km_exact_cost over the padded row with 16-byte loads: the steps past d add
- * (0 - 0)^2 or 0 * 0 to the running sum, which leaves every bit as it was
- * (cosine: a -0 sum may turn +0, and 1 - 0 / |c| is 1 either way), so the
- * result is km_exact_cost's exactly.  x, c: 16-byte aligned, dp % 4 == 0.
+ * One step of km_exact_cost's chain (kmg_exact_step) and its end
+ * (kmg_exact_finish), for rows padded with zeros to dp columns and read 16
+ * bytes at a time: the steps past d add (0 - 0)^2 or 0 * 0 to the running
+ * sum, which leaves every bit as it was (cosine: a -0 sum may turn +0, and
+ * 1 - 0 / |c| is 1 either way), so the result is km_exact_cost's exactly.
  */
 __device__ __forceinline__ void
 kmg_exact_step(double &s, float x, float c, int cosine)
@@ -58,56 +59,6 @@ kmg_exact_finish(double s, double cnorm, int cosine)
 		return cost > 0.0 ? cost : 0.0;
 	}
 	return s;
-}
-
-__device__ __forceinline__ double
-kmg_exact_cost4(const float *x, const float *c, double cnorm, int dp, int cosine)
-{
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
-	const float4 *c4 = reinterpret_cast<const float4 *>(c);
-	double		s = 0.0;
-
-	for (int q = 0; q < dp / 4; q++)
-	{
-		const float4 xv = x4[q],
-					cv = c4[q];
-
-		kmg_exact_step(s, xv.x, cv.x, cosine);
-		kmg_exact_step(s, xv.y, cv.y, cosine);
-		kmg_exact_step(s, xv.z, cv.z, cosine);
-		kmg_exact_step(s, xv.w, cv.w, cosine);
-	}
-	return kmg_exact_finish(s, cnorm, cosine);
-}
-
-/* Two centroids at once: two independent chains, so their latencies overlap. */
-__device__ __forceinline__ void
-kmg_exact_cost4_pair(const float *x, const float *ca, const float *cb, double cna, double cnb,
-					 int dp, int cosine, double *ea, double *eb)
-{
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
-	const float4 *a4 = reinterpret_cast<const float4 *>(ca);
-	const float4 *b4 = reinterpret_cast<const float4 *>(cb);
-	double		sa = 0.0,
-				sb = 0.0;
-
-	for (int q = 0; q < dp / 4; q++)
-	{
-		const float4 xv = x4[q],
-					av = a4[q],
-					bv = b4[q];
-
-		kmg_exact_step(sa, xv.x, av.x, cosine);
-		kmg_exact_step(sb, xv.x, bv.x, cosine);
-		kmg_exact_step(sa, xv.y, av.y, cosine);
-		kmg_exact_step(sb, xv.y, bv.y, cosine);
-		kmg_exact_step(sa, xv.z, av.z, cosine);
-		kmg_exact_step(sb, xv.z, bv.z, cosine);
-		kmg_exact_step(sa, xv.w, av.w, cosine);
-		kmg_exact_step(sb, xv.w, bv.w, cosine);
-	}
-	*ea = kmg_exact_finish(sa, cna, cosine);
-	*eb = kmg_exact_finish(sb, cnb, cosine);
 }
 
 /*

@@ -62,13 +62,12 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	st->inertia = est;
 	st->moved = moved;
 	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-	st->ambiguous = ctl->namb + ctl->npair;
+	st->ambiguous = ctl->namb;
 	st->stop = stop;
 	ctl->iter = t;
 	ctl->moved = 0;
 	ctl->nempty = 0;
 	ctl->namb = 0;
-	ctl->npair = 0;
 	ctl->relocated = 0;
 	ctl->stop = stop;
 }

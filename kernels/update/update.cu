@@ -52,8 +52,8 @@ kmg_label_bits(int k)
  * The scatter gives rows of one label in tile order and, within a tile, in
  * row order (one warp walks its tile 32 rows at a time, ranks by
  * __match_any_sync), so the result is CUB's stable order.  Whether it is
- * used depends on (n, k) alone (and KMG_SORT_CUB=1, for timing), so that
- * kmg_segment knows whether the bounds and pieces are already there.
+ * used depends on (n, k) alone, so that kmg_segment knows whether the
+ * bounds and pieces are already there.
  */
 #define KMG_CSORT_KMAX 8192
 #define KMG_CSORT_TMAX 8192
