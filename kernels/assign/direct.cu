@@ -28,7 +28,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
-#include "update/finalize_block.cuh"
+#include "assign/assign.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -360,293 +360,52 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 }
 
 
-/* The instantiations: KB x S. */
-typedef void (*kmg_direct_fn) (kmg_args, int, int, int);
-
+/* The instances: register tile KB = 4, 8, 12, 16, 24, 32 x lanes per row S = 1, 4, 32. */
 static const int kmg_kb_list[] = {4, 8, 12, 16, 24, 32};
 static const int kmg_s_list[] = {1, 4, 32};
 
 #define KMG_DIRECT_ROW(KB) \
 	{kmg_direct_kernel<KB, 1>, kmg_direct_kernel<KB, 4>, kmg_direct_kernel<KB, 32>}
 
-static const kmg_direct_fn kmg_direct_table[6][3] = {
+static const kmg_fused_fn kmg_direct_table[6][3] = {
 	KMG_DIRECT_ROW(4), KMG_DIRECT_ROW(8), KMG_DIRECT_ROW(12),
 	KMG_DIRECT_ROW(16), KMG_DIRECT_ROW(24), KMG_DIRECT_ROW(32)
 };
 
-static kmg_direct_fn
-kmg_direct_pick(int kb, int s)
+/*
+ * The instance for k centroids (the smallest KB >= k) and s lanes per row,
+ * its threads and KB; NULL when none is compiled.  Its shared memory depends
+ * on the stages and accumulator copies the plan gives it: kmg_direct_smem.
+ */
+kmg_fused_fn
+kmg_direct_instance(int k, int s, int *threads, int *kb)
 {
-	int			i,
-				j;
+	int			j;
 
-	for (i = 0; i < 6 && kmg_kb_list[i] != kb; i++)
-		;
 	for (j = 0; j < 3 && kmg_s_list[j] != s; j++)
 		;
-	return (i < 6 && j < 3) ? kmg_direct_table[i][j] : NULL;
-}
-
-/* The kernel a plan runs, for attributes and occupancy. */
-static const void *
-kmg_plan_fn(const kmg_direct_plan *plan)
-{
-	return (const void *) kmg_direct_pick(plan->kb, plan->s);
-}
-
-/*
- * Whether (and how) the fused kernel runs a shape.  smem_optin: the
- * device's per-block limit; sms: multiprocessors (the grid is a few blocks
- * per SM; kmg_direct_prepare refines it with the occupancy calculator).
- */
-kmg_direct_plan
-kmg_direct_make_plan(int64_t n, int d, int dp, int k, int mode, int sms,
-					 size_t smem_optin)
-{
-	kmg_direct_plan p;
-	const int	iter = mode == KMG_MODE_ITER;
-
-	(void) d;
-	p.ok = 0;
-	p.kind = KMG_PLAN_DIRECT;
-	p.dp = dp;
-	p.kb = 0;
-	p.s = 1;
-	p.nstage = 0;
-	p.groups = 0;
-	p.smem = 0;
-	p.nblocks = 0;
-	if (k > KMG_DIRECT_KMAX || k < 1 || n < 1)
-		return p;
+	if (j == 3 || k < 1)
+		return NULL;
 	for (int i = 0; i < 6; i++)
 		if (k <= kmg_kb_list[i])
 		{
-			p.kb = kmg_kb_list[i];
-			break;
+			*threads = KMG_NT;
+			*kb = kmg_kb_list[i];
+			return kmg_direct_table[i][j];
 		}
-	/* lanes per row: each lane should own several 16-byte chunks */
-	p.s = dp <= 32 ? 1 : dp <= 128 ? 4 : 32;
-
-	/* accumulator copies: one per dp threads, within 96 KB */
-	if (iter)
-	{
-		size_t		one = ((size_t) k * KMG_CW(dp) | 1) * sizeof(double);
-
-		p.groups = KMG_NT / dp > 0 ? KMG_NT / dp : 1;
-		while (p.groups > 1 && (size_t) p.groups * one > 96 * 1024)
-			p.groups--;
-	}
-	for (p.nstage = 4; p.nstage >= 2; p.nstage--)
-	{
-		kmg_direct_layout L = kmg_direct_layout_of(p.kb, p.s, p.nstage, p.groups, dp, k);
-
-		p.smem = L.total;
-		if (p.smem <= smem_optin)
-			break;
-	}
-	if (p.nstage < 2)
-		return p;
-	{
-		int64_t		ntiles = (n + KMG_NT / p.s - 1) / (KMG_NT / p.s);
-		int			per_sm = (int) ((228 * 1024) / (p.smem + 1024));
-
-		if (per_sm < 1)
-			per_sm = 1;
-		if (per_sm > 4)
-			per_sm = 4;
-		p.nblocks = (int) (ntiles < (int64_t) sms * per_sm ? ntiles : (int64_t) sms * per_sm);
-	}
-	p.ok = p.nblocks > 0;
-	return p;
+	return NULL;
 }
 
-/*
- * Raise the kernel's shared memory limit and fix the grid with the
- * occupancy calculator (once per call, before any capture).
- */
-cudaError_t
-kmg_direct_prepare(kmg_direct_plan *plan, int sms)
+/* Dynamic shared memory of a block (kmg_direct_layout_of). */
+size_t
+kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k)
 {
-	const void *fn = kmg_plan_fn(plan);
-	cudaError_t e;
-	int			per_sm = 0;
-
-	if (fn == NULL)
-		return cudaErrorInvalidValue;
-	e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_NT, plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	if (per_sm < 1)
-		return cudaErrorInvalidConfiguration;
-	if (plan->nblocks > per_sm * sms)
-		plan->nblocks = per_sm * sms;
-	return cudaSuccess;
+	return kmg_direct_layout_of(kb, s, nstage, groups, dp, k).total;
 }
 
-cudaError_t
-kmg_direct_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode,
-				  cudaStream_t stream)
+/* Bytes of one accumulator copy of a block: k rows of KMG_CW(dp) doubles, odd. */
+size_t
+kmg_direct_acc_bytes(int dp, int k)
 {
-	kmg_direct_fn fn = kmg_direct_pick(plan->kb, plan->s);
-
-	if (fn == NULL || !plan->ok)
-		return cudaErrorInvalidValue;
-	fn<<<plan->nblocks, KMG_NT, plan->smem, stream>>>(*a, mode, plan->nstage,
-													   mode == KMG_MODE_ITER ? plan->groups : 0);
-	return cudaGetLastError();
-}
-
-/*
- * Cluster sums from the per-block partials, in block order: 32 columns of
- * cluster blockIdx.y per block, each column's blocks split into 8 slices
- * (b = slice, slice + 8, ...) summed by 8 warps, the slices then added in
- * order.  The last block to finish counts the moved rows and the clusters
- * without weight and ends the iteration (finalize_block.cuh), which one
- * block can do: every fused plan has k <= KMG_DIRECT_KMAX <= KMG_FIN1_KMAX.
- */
-static_assert(KMG_DIRECT_KMAX <= KMG_FIN1_KMAX, "a fused plan's iteration ends in one block");
-
-__global__ void __launch_bounds__(256)
-kmg_reduce_finalize_kernel(kmg_args a)
-{
-	__shared__ double sred[8][32];
-	const int	cw = KMG_CW(a.dp);
-	const int	j = blockIdx.y;
-	const int	slice = threadIdx.x >> 5;
-	const int	c = blockIdx.x * 32 + (threadIdx.x & 31);
-	const size_t cells = (size_t) a.k * cw;
-
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
-		return;
-	{
-		double		s = 0.0;
-
-		if (c < cw)
-		{
-			const double *p = a.part + (size_t) j * cw + c;
-
-#pragma unroll 4
-			for (int b = slice; b < a.nblocks; b += 8)
-				s += p[(size_t) b * cells];
-		}
-		sred[slice][threadIdx.x & 31] = s;
-	}
-	__syncthreads();
-	if (slice == 0 && c < cw)
-	{
-		double		s = sred[0][threadIdx.x];
-
-		for (int sl = 1; sl < 8; sl++)
-			s += sred[sl][threadIdx.x];
-		a.clus[(size_t) j * cw + c] = s;
-	}
-	{
-		/* the last block counts, then finishes the iteration */
-		__shared__ int s_last,
-					s_red[2][8];
-		int			moved = 0,
-					nempty = 0;
-
-		__threadfence();
-		__syncthreads();
-		if (threadIdx.x == 0)
-			s_last = atomicAdd(&a.ctl->ticket2, 1u) == gridDim.x * gridDim.y - 1;
-		__syncthreads();
-		if (!s_last)
-			return;
-		__threadfence();
-		for (int b = threadIdx.x; b < a.nblocks; b += blockDim.x)
-			moved += *(volatile int *) &a.part_moved[b];
-		for (int jj = threadIdx.x; jj < a.k; jj += blockDim.x)
-			nempty += !(*(volatile double *) &a.clus[(size_t) jj * cw + a.dp] > 0.0);
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			moved += __shfl_xor_sync(0xffffffffu, moved, o);
-			nempty += __shfl_xor_sync(0xffffffffu, nempty, o);
-		}
-		if ((threadIdx.x & 31) == 0)
-		{
-			s_red[0][threadIdx.x >> 5] = moved;
-			s_red[1][threadIdx.x >> 5] = nempty;
-		}
-		__syncthreads();
-		moved = 0;
-		nempty = 0;
-		for (int w = 0; w < 8; w++)
-		{
-			moved += s_red[0][w];
-			nempty += s_red[1][w];
-		}
-		if (threadIdx.x == 0)
-		{
-			a.ctl->moved = moved;
-			a.ctl->nempty = nempty;
-			a.ctl->ticket2 = 0;
-		}
-		kmg_finalize_block(a, KMG_FIN_ITER, moved, nempty);
-	}
-}
-
-/* The reduction of the wide and direct passes' partials, ending the iteration. */
-cudaError_t
-kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream)
-{
-	dim3		grid((KMG_CW(a->dp) + 31) / 32, a->k);
-
-	kmg_reduce_finalize_kernel<<<grid, 256, 0, stream>>>(*a);
-	return cudaGetLastError();
-}
-
-/*
- * The fused pass for a small-k shape: the narrow kernel for dp <= 32, the
- * wide one for 128 < dp with k <= 16, else kmg_direct_kernel.  ok == 0:
- * no fused pass (the GEMM filter path).
- */
-kmg_direct_plan
-kmg_fused_make_plan(int64_t n, int d, int dp, int k, int mode, int sms, size_t smem_optin)
-{
-	kmg_direct_plan p;
-
-	p = kmg_narrow_make_plan(n, dp, k, sms, smem_optin);
-	if (p.ok)
-		return p;
-	p = kmg_wide_make_plan(n, dp, k, sms, smem_optin);
-	if (p.ok)
-		return p;
-	return kmg_direct_make_plan(n, d, dp, k, mode, sms, smem_optin);
-}
-
-cudaError_t
-kmg_fused_prepare(kmg_direct_plan *plan, int sms)
-{
-	if (plan->kind == KMG_PLAN_NARROW)
-		return kmg_narrow_prepare(plan, sms);
-	if (plan->kind == KMG_PLAN_WIDE)
-		return kmg_wide_prepare(plan, sms);
-	return kmg_direct_prepare(plan, sms);
-}
-
-/*
- * One fused pass.  In MODE_ITER it is a whole Lloyd iteration: the cluster
- * sums in a->clus, then the finalize (kmg_finalize's rules), inside the
- * pass's own last block for the narrow kernel, in the last block of the
- * reduction for the others.
- */
-cudaError_t
-kmg_fused_pass(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
-{
-	cudaError_t e;
-
-	if (plan->kind == KMG_PLAN_NARROW)
-		return kmg_narrow_assign(a, plan, mode, stream);
-	if (plan->kind == KMG_PLAN_WIDE)
-		e = kmg_wide_assign(a, plan, mode, stream);
-	else
-		e = kmg_direct_assign(a, plan, mode, stream);
-	if (e != cudaSuccess || mode != KMG_MODE_ITER)
-		return e;
-	return kmg_reduce_finalize(a, stream);
+	return ((size_t) k * KMG_CW(dp) | 1) * sizeof(double);
 }

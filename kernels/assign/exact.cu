@@ -22,6 +22,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "assign/assign.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -450,8 +451,6 @@ kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
 	return s;
 }
 
-#define KMG_XG 4				/* row groups of kmg_exact_tile_kernel */
-#define KMG_XRPT 4				/* rows per thread: batches of KMG_XG x KMG_XRPT */
 #define KMG_XSEG 64				/* float4 of a centroid staged per warp at a time */
 #define KMG_XS 32				/* operand rows a stage (filter values, staged) */
 
@@ -764,69 +763,56 @@ kmg_exact_cap(int64_t n)
 	return (int) cap;
 }
 
-static int
-kmg_exact_rows(int dp)
+/* Raise kernel's dynamic shared memory limit to smem and launch it. */
+template <typename... P, typename... A>
+static cudaError_t
+kmg_launch_smem(void (*kernel) (P...), unsigned grid, unsigned block, size_t smem,
+				cudaStream_t stream, A... args)
 {
-	return dp <= 2048 ? 8 : 1;
+	cudaError_t e = cudaFuncSetAttribute((const void *) kernel,
+										 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+
+	if (e != cudaSuccess)
+		return e;
+	kernel<<<grid, block, smem, stream>>>(args...);
+	return cudaGetLastError();
 }
 
+/*
+ * Settle the rows kmg_classify listed, with the kernels the plan chose
+ * (dispatch.cu): the first xcap of them by work items of a tile of
+ * centroids (the tile kernel, or the chunk kernel with 16, 4 or 1 rows an
+ * item), merged over the tiles; rows past xcap (degenerate inputs) by
+ * kmg_exact_kernel, plan->xrows rows per block against all centroids.
+ */
 cudaError_t
-kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
+kmg_exact_refine(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaStream_t stream)
 {
-	const int	R = kmg_exact_rows(a->dp);
-	const size_t smem = (size_t) R * a->dp * sizeof(float);
-	const int	RC = a->dp <= 1024 ? 16 : a->dp <= 4096 ? 4 : 1;
-	const size_t smem_c = (size_t) RC * a->dp * sizeof(float);
-	const int	cblocks = sms * 8;
+	const int	sms = plan->sms;
 	cudaError_t e;
 
 	if (a->n == 0)
 		return cudaSuccess;
-
-	/*
-	 * the chunked path for the first xcap ambiguous rows; the tile kernel
-	 * only up to 8 tiles (k <= 2048): with more items per SM than that it
-	 * lost to the old kernel (999 against 656 us at 300000 x 408 x 5000,
-	 * NOTES.md round 4)
-	 */
-	if (RC == 16 && KMG_XG * a->fbn <= 1024 && a->fbn % 32 == 0 && a->xchunks <= 8)
+	if (plan->settle == KMG_SETTLE_TILE)
 	{
 		const int	nt = KMG_XG * a->fbn;
 		const size_t sm = (size_t) KMG_XG * KMG_XRPT * a->dp * sizeof(float) +
 			(size_t) (nt / 32) * KMG_XSEG * sizeof(float4) +
 			(size_t) KMG_XG * KMG_XRPT * a->fbn * (sizeof(double) + sizeof(int));
 
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_tile_kernel,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) sm)) != cudaSuccess)
-			return e;
-		kmg_exact_tile_kernel<<<sms, nt, sm, stream>>>(*a);
-	}
-	else if (RC == 16)
-	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<16>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<16><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
-	}
-	else if (RC == 4)
-	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<4>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<4><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+		e = kmg_launch_smem(kmg_exact_tile_kernel, sms, nt, sm, stream, *a);
 	}
 	else
 	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<1>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<1><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+		const int	rc = plan->settle == KMG_SETTLE_CHUNK16 ? 16 :
+			plan->settle == KMG_SETTLE_CHUNK4 ? 4 : 1;
+		void		(*chunk) (kmg_args) = rc == 16 ? kmg_exact_chunk_kernel<16> :
+			rc == 4 ? kmg_exact_chunk_kernel<4> : kmg_exact_chunk_kernel<1>;
+
+		e = kmg_launch_smem(chunk, sms * 8, KMG_XCHUNK, (size_t) rc * a->dp * sizeof(float),
+							stream, *a);
 	}
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if (e != cudaSuccess)
 		return e;
 	{
 		int64_t		mb = ((int64_t) a->xcap + 255) / 256;
@@ -838,29 +824,15 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 			return e;
 	}
 
-	/* rows past the scratch (degenerate inputs): R rows per block, all centroids */
+	/* rows past the scratch (degenerate inputs): xrows rows per block, all centroids */
 	if (a->xcap < a->n)
 	{
-		int64_t		blocks = (int64_t) sms * 4;
+		const size_t smem = (size_t) plan->xrows * a->dp * sizeof(float);
 
-		if (R == 8)
-		{
-			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<8>,
-									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
-			if (e != cudaSuccess)
-				return e;
-			kmg_exact_kernel<8><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
-		}
-		else
-		{
-			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<1>,
-									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
-			if (e != cudaSuccess)
-				return e;
-			kmg_exact_kernel<1><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
-		}
+		e = kmg_launch_smem(plan->xrows == 8 ? kmg_exact_kernel<8> : kmg_exact_kernel<1>,
+							sms * 4, 256, smem, stream, *a, mode, a->xcap);
 	}
-	return cudaGetLastError();
+	return e;
 }
 
 /*

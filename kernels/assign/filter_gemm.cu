@@ -1,13 +1,13 @@
 /*
- * assign_gemm.cu
- *	  The float32 filter for large k (contract: assign_gemm.cuh): distances
+ * filter_gemm.cu
+ *	  The float32 filter for large k (contract: filter_gemm.cuh): distances
  *	  as a tiled FFMA GEMM fused with a per-row top-2, so the n x k matrix
  *	  never leaves the registers.
  *
- * Use, once per Lloyd iteration: km_filter_prepare(C', cn) into a work
- * buffer of km_filter_work_bytes(kp, dp) bytes (about 4 (dp + 1) k bytes,
- * a few microseconds), then km_filter_top2 over the rows, on the same
- * stream.  kp = km_filter_kpad(k) = k rounded up to 8; rows of C' past k are
+ * Use, once per Lloyd iteration: km_filter_prepare(tile, C', cn) into a
+ * work buffer of km_filter_work_bytes(kp, dp) bytes (about 4 (dp + 1) k
+ * bytes, a few microseconds), then km_filter_top2(tile, ...) over the rows,
+ * on the same stream.  kp = km_filter_kpad(k) = k rounded up to 8; rows of C' past k are
  * never read (the prepared copy pads itself).
  *
  * Why it is fast.  The work is 2 n k dp flops against 4 n dp + 12 n bytes
@@ -89,18 +89,19 @@ struct KmTile
 
 /*
  * The production configurations (NOTES.md, "Filter GEMM": fastest of the
- * sweep on the H200, each validated there):
- *	- k > 128: 128 x 256 block, 256 threads (2 x 4 warps of 8 x 4 lanes), 8 x 16
- *	  accumulators per thread, top-2 in registers; 233 registers, 55.6 KB of
- *	  shared memory, one block (8 warps) per SM.
- *	- k <= 128: 128 x 128 block, 128 threads (2 x 2 warps of 8 x 4 lanes),
- *	  8 x 16 per thread, top-2 in registers; 233 registers, 34.0 KB, two
- *	  blocks per SM: a 256-wide tile would leave most warps idle.
- * km_filter_prepare and km_filter_top2 pick the same one from k.
+ * sweep on the H200, each validated there); assign/dispatch.cu says which k
+ * takes which:
+ *	- KM_FILTER_TILE_256: 128 x 256 block, 256 threads (2 x 4 warps of 8 x 4
+ *	  lanes), 8 x 16 accumulators per thread, top-2 in registers; 231
+ *	  registers (ptxas, sm_90), 55.6 KB of shared memory, one block (8 warps)
+ *	  per SM.
+ *	- KM_FILTER_TILE_128: 128 x 128 block, 128 threads (2 x 2 warps of 8 x 4
+ *	  lanes), 8 x 16 per thread, top-2 in registers; 231 registers, 34.0 KB,
+ *	  two blocks per SM.
+ * km_filter_prepare and km_filter_top2 must be given the same tile.
  */
 using KmProdLarge = KmTile<128, 256, 2, 4, 8, 8, 16, true, 1>;
 using KmProdSmall = KmTile<128, 128, 2, 2, 8, 8, 16, true, 2>;
-constexpr int KM_SMALL_K = 128;
 
 /*
  * Transpose this thread's own staged float4s of the X slice ([BM][BK], as
@@ -582,11 +583,11 @@ km_filter_kpad(int k)
 	return (k + 7) / 8 * 8;
 }
 
-/* Centroids per prepared tile (the layout of assign_gemm.cuh). */
+/* Centroids per prepared tile (the layout of filter_gemm.cuh). */
 int
-km_filter_tile_cols(int k)
+km_filter_tile_cols(int tile)
 {
-	return k <= KM_SMALL_K ? KmProdSmall::BN : KmProdLarge::BN;
+	return tile == KM_FILTER_TILE_128 ? KmProdSmall::BN : KmProdLarge::BN;
 }
 
 /* Room for either layout: whole 256-column tiles are never fewer bytes. */
@@ -598,21 +599,23 @@ km_filter_work_bytes(int kp, int dp)
 	return km_filter_work_bytes_t<KmProdLarge::BN>(kp, dp);
 }
 
+/* The centroid operand of one iteration, in the given tile's layout. */
 cudaError_t
-km_filter_prepare(const float *C, const float *cn, int k, int kp, int dp,
+km_filter_prepare(int tile, const float *C, const float *cn, int k, int kp, int dp,
 				  void *work, cudaStream_t stream)
 {
-	if (k <= KM_SMALL_K)
+	if (tile == KM_FILTER_TILE_128)
 		return km_filter_prepare_t<KmProdSmall::BN>(C, cn, k, kp, dp, work, stream);
 	return km_filter_prepare_t<KmProdLarge::BN>(C, cn, k, kp, dp, work, stream);
 }
 
+/* The filter over every row with the given tile. */
 cudaError_t
-km_filter_top2(const float *X, int64_t n, int dp, const void *work, int k, int kp,
+km_filter_top2(int tile, const float *X, int64_t n, int dp, const void *work, int k, int kp,
 			   int32_t *best, float *fbest, float *fsecond, cudaStream_t stream,
 			   const int *stop)
 {
-	if (k <= KM_SMALL_K)
+	if (tile == KM_FILTER_TILE_128)
 		return km_filter_top2_t<KmProdSmall>(X, n, dp, work, k, kp, best, fbest, fsecond, stream,
 											 stop);
 	return km_filter_top2_t<KmProdLarge>(X, n, dp, work, k, kp, best, fbest, fsecond, stream,

@@ -36,6 +36,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "assign/assign.cuh"
 #include "update/finalize_block.cuh"
 
 #include <limits.h>
@@ -119,7 +120,7 @@ kmg_narrow_fixwords(int k, int d)
  */
 template <int DP, int KB, int R>
 __global__ void __launch_bounds__(KMG_NARROW_NT, KMG_NARROW_BPS)
-kmg_narrow_kernel(kmg_args a, int mode)
+kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 {
 	extern __shared__ __align__(16) unsigned char kmg_nsmem[];
 	constexpr int NT = KMG_NARROW_NT;
@@ -643,102 +644,44 @@ kmg_narrow_kernel(kmg_args a, int mode)
 	}
 }
 
-/* The instances: padded width x centroids of the loop. */
-typedef void (*kmg_narrow_fn) (kmg_args, int);
-
+/*
+ * The instances: padded width DP = 8, 16, 24, 32 x centroids of the
+ * unrolled loop KB = 4, 8, 16, 32 (rows per thread from DP).
+ */
 #define KMG_NARROW_ROW(DP) \
 	{kmg_narrow_kernel<DP, 4, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 8, kmg_narrow_rows(DP)>, \
 	 kmg_narrow_kernel<DP, 16, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 32, kmg_narrow_rows(DP)>}
 
-static const kmg_narrow_fn kmg_narrow_table[4][4] = {
+static const kmg_fused_fn kmg_narrow_table[4][4] = {
 	KMG_NARROW_ROW(8), KMG_NARROW_ROW(16), KMG_NARROW_ROW(24), KMG_NARROW_ROW(32)
 };
 
-static int
-kmg_narrow_kb(int k)
-{
-	return k <= 4 ? 4 : k <= 8 ? 8 : k <= 16 ? 16 : 32;
-}
-
-static kmg_narrow_fn
-kmg_narrow_pick(int dp, int kb)
+/*
+ * The instance for rows of dp padded floats and k centroids (the smallest
+ * KB >= k), its threads, blocks per SM (its launch bounds), KB and shared
+ * memory; NULL when none is compiled for the shape.
+ */
+kmg_fused_fn
+kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb, size_t *smem)
 {
 	const int	i = dp / 8 - 1;
-	const int	j = kb == 4 ? 0 : kb == 8 ? 1 : kb == 16 ? 2 : 3;
+	const int	j = k <= 4 ? 0 : k <= 8 ? 1 : k <= 16 ? 2 : 3;
 
-	if (dp % 8 != 0 || i < 0 || i > 3 || kb > 32)
+	if (dp % 8 != 0 || i < 0 || i > 3 || k < 1 || k > 32)
 		return NULL;
+	*threads = KMG_NARROW_NT;
+	*per_sm = KMG_NARROW_BPS;
+	*kb = 4 << j;
+	*smem = kmg_narrow_layout_of(dp, *kb, kmg_narrow_rows(dp)).total;
 	return kmg_narrow_table[i][j];
 }
 
-/* Bytes of a->nfix for k clusters of d columns. */
+/*
+ * Bytes of a->nfix for k clusters of d columns: kmg_narrow_fixwords words,
+ * zero before the first pass (each pass leaves them zero).
+ */
 size_t
 kmg_narrow_fix_bytes(int k, int d)
 {
 	return (size_t) kmg_narrow_fixwords(k, d) * sizeof(unsigned long long);
-}
-
-/*
- * The plan: dp <= 32 and k <= 32; two blocks per SM, never more blocks
- * than rows.
- */
-kmg_direct_plan
-kmg_narrow_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin)
-{
-	kmg_direct_plan p;
-	const int	R = kmg_narrow_rows(dp);
-
-	memset(&p, 0, sizeof(p));
-	p.kind = KMG_PLAN_NARROW;
-	p.dp = dp;
-	p.s = 1;
-	if (dp > 32 || dp % 8 != 0 || k < 1 || k > 32 || n < 1)
-		return p;
-	p.kb = kmg_narrow_kb(k);
-	p.smem = kmg_narrow_layout_of(dp, p.kb, R).total;
-	if (p.smem > smem_optin)
-		return p;
-	p.nblocks = (int) (n < (int64_t) sms * KMG_NARROW_BPS ? n : (int64_t) sms * KMG_NARROW_BPS);
-	p.ok = p.nblocks > 0;
-	return p;
-}
-
-cudaError_t
-kmg_narrow_prepare(kmg_direct_plan *plan, int sms)
-{
-	kmg_narrow_fn fn = kmg_narrow_pick(plan->dp, plan->kb);
-	cudaError_t e;
-	int			per_sm = 0;
-
-	if (fn == NULL)
-		return cudaErrorInvalidValue;
-	e = cudaFuncSetAttribute((const void *) fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-							 (int) plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_NARROW_NT, plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	if (per_sm < 1)
-		return cudaErrorInvalidConfiguration;
-	if (plan->nblocks > per_sm * sms)
-		plan->nblocks = per_sm * sms;
-	return cudaSuccess;
-}
-
-/*
- * One pass: labels for every row; in MODE_ITER a whole Lloyd iteration
- * (sums in a->clus, then the finalize).  a->nfix: kmg_narrow_fixwords words,
- * zero before the first pass (each pass leaves them zero); a->part:
- * nblocks doubles.
- */
-cudaError_t
-kmg_narrow_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
-{
-	kmg_narrow_fn fn = kmg_narrow_pick(plan->dp, plan->kb);
-
-	if (fn == NULL || !plan->ok || a->dp != plan->dp)
-		return cudaErrorInvalidValue;
-	fn<<<plan->nblocks, KMG_NARROW_NT, plan->smem, stream>>>(*a, mode);
-	return cudaGetLastError();
 }

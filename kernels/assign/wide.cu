@@ -39,6 +39,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "assign/assign.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -90,7 +91,7 @@ kmg_wide_layout_of(int KB, int k, int dp)
 
 template <int KB>
 __global__ void __launch_bounds__(KMG_WIDE_NT, 2)
-kmg_wide_kernel(kmg_args a, int mode)
+kmg_wide_kernel(kmg_args a, int mode, int nstage, int groups)
 {
 	extern __shared__ __align__(16) unsigned char kmg_wsmem[];
 	constexpr int NT = KMG_WIDE_NT;
@@ -615,87 +616,33 @@ kmg_wide_kernel(kmg_args a, int mode)
 	}
 }
 
-/* The instances. */
-typedef void (*kmg_wide_fn) (kmg_args, int);
-
+/* The instances: centroids of the unrolled loop KB = 4, 8, 10, 12, 16. */
 static const int kmg_wide_kbs[] = {4, 8, 10, 12, 16};
-static const kmg_wide_fn kmg_wide_table[] = {
+static const kmg_fused_fn kmg_wide_table[] = {
 	kmg_wide_kernel<4>, kmg_wide_kernel<8>, kmg_wide_kernel<10>, kmg_wide_kernel<12>,
 	kmg_wide_kernel<16>
 };
 
-static kmg_wide_fn
-kmg_wide_pick(int kb)
-{
-	for (int i = 0; i < 5; i++)
-		if (kmg_wide_kbs[i] == kb)
-			return kmg_wide_table[i];
-	return NULL;
-}
-
 /*
- * The plan: 128 < dp <= 1016 (thread t owns column chunk t, one thread
- * left for the weights), k <= 16, shared memory within the device's limit.
+ * The instance for rows of dp padded floats and k centroids (the smallest
+ * KB >= k), its threads, blocks per SM (its launch bounds), KB and shared
+ * memory; NULL when none is compiled for the shape.  Thread t owns column
+ * chunk t of a row and one more thread the weights, so dp <= 4 (256 - 1);
+ * the per-cluster weight and count arrays hold 16 clusters.
  */
-kmg_direct_plan
-kmg_wide_make_plan(int64_t n, int dp, int k, int sms, size_t smem_optin)
+kmg_fused_fn
+kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb, size_t *smem)
 {
-	kmg_direct_plan p;
-
-	memset(&p, 0, sizeof(p));
-	p.kind = KMG_PLAN_WIDE;
-	p.dp = dp;
-	p.s = KMG_WIDE_S;
-	if (dp <= 128 || dp > 1016 || dp % 8 != 0 || k < 1 || k > 16 || n < 1)
-		return p;
+	if (dp % 8 != 0 || dp / 4 >= KMG_WIDE_NT || k < 1)
+		return NULL;
 	for (int i = 0; i < 5; i++)
 		if (k <= kmg_wide_kbs[i])
 		{
-			p.kb = kmg_wide_kbs[i];
-			break;
+			*threads = KMG_WIDE_NT;
+			*per_sm = 2;
+			*kb = kmg_wide_kbs[i];
+			*smem = kmg_wide_layout_of(*kb, k, dp).total;
+			return kmg_wide_table[i];
 		}
-	p.smem = kmg_wide_layout_of(p.kb, k, dp).total;
-	if (p.smem > smem_optin)
-		return p;
-	p.nblocks = (int) (n < (int64_t) sms * 2 ? n : (int64_t) sms * 2);
-	p.ok = p.nblocks > 0;
-	return p;
-}
-
-cudaError_t
-kmg_wide_prepare(kmg_direct_plan *plan, int sms)
-{
-	kmg_wide_fn fn = kmg_wide_pick(plan->kb);
-	cudaError_t e;
-	int			per_sm = 0;
-
-	if (fn == NULL)
-		return cudaErrorInvalidValue;
-	e = cudaFuncSetAttribute((const void *) fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-							 (int) plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_WIDE_NT, plan->smem);
-	if (e != cudaSuccess)
-		return e;
-	if (per_sm < 1)
-		return cudaErrorInvalidConfiguration;
-	if (plan->nblocks > per_sm * sms)
-		plan->nblocks = per_sm * sms;
-	return cudaSuccess;
-}
-
-/*
- * One pass: labels for every row; in MODE_ITER the block partials (rows
- * within the slack included) and the moved counts, for kmg_reduce_finalize.
- */
-cudaError_t
-kmg_wide_assign(const kmg_args *a, const kmg_direct_plan *plan, int mode, cudaStream_t stream)
-{
-	kmg_wide_fn fn = kmg_wide_pick(plan->kb);
-
-	if (fn == NULL || !plan->ok || a->dp != plan->dp || a->wrow == NULL)
-		return cudaErrorInvalidValue;
-	fn<<<plan->nblocks, KMG_WIDE_NT, plan->smem, stream>>>(*a, mode);
-	return cudaGetLastError();
+	return NULL;
 }

@@ -1,11 +1,11 @@
 /*
  * bench_assign_gemm.cu
- *	  Development harness of the fused GEMM + top-2 filter (assign_gemm.cu).
+ *	  Development harness of the fused GEMM + top-2 filter (assign/filter_gemm.cu).
  *
  * llm.c style: a float64 CPU reference, numbered versions (k1 naive, k2
- * shared memory, k3 the production launcher, k4..k7 other tile shapes of the
- * production template, k8..k16 a multistage family that lost), a launcher per
- * version, and a main that validates every version against the reference and
+ * shared memory, k3 and k3s the production launchers with their two tiles,
+ * k4..k7 other tile shapes of the production template, k8..k16 a
+ * multistage family that lost), a launcher per version, and a main that validates every version against the reference and
  * then times them against cuBLAS SGEMM in strict fp32 writing the n x k
  * product, printing ms, TFLOP/s against the FFMA peak and the ratio.
  *
@@ -679,16 +679,21 @@ all_versions()
 			filter_smem<<<(unsigned) ((p.n + 127) / 128), 128, 0, p.stream>>>(
 				p.X, p.n, p.dp, p.C, p.cn, p.k, p.best, p.fbest, p.fsecond);
 			return cudaGetLastError(); }});
-	v.push_back(Version{"k3", "PRODUCTION km_filter_top2 (k > 128: = k3 of run 2; k <= 128: = k7)", false,
+	/* the production launchers, each tile (assign/dispatch.cu: k <= 128 takes k3s) */
+	v.push_back(Version{"k3", "PRODUCTION km_filter_top2, KM_FILTER_TILE_256 (= k3 of run 2)", false,
 		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top2(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
+		[](const Problem &p) { return km_filter_prepare(KM_FILTER_TILE_256, p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
+		[](const Problem &p) { return km_filter_top2(KM_FILTER_TILE_256, p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
+	v.push_back(Version{"k3s", "PRODUCTION km_filter_top2, KM_FILTER_TILE_128 (= k7)", false,
+		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
+		[](const Problem &p) { return km_filter_prepare(KM_FILTER_TILE_128, p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
+		[](const Problem &p) { return km_filter_top2(KM_FILTER_TILE_128, p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
 	/*
-	 * The sweep.  KmTile (km_filter_kernel of assign_gemm.cu: X slice
+	 * The sweep.  KmTile (km_filter_kernel of assign/filter_gemm.cu: X slice
 	 * transposed by each thread, 2 stages): BM, BN, warps WM x WN, lanes
 	 * LR x 32/LR, micro-tile TM x TN, top-2 in registers, blocks per SM.
 	 * Run 1 had more shapes (NOTES.md); the production ones are KmProdLarge
-	 * (k3 for k > 128) and KmProdSmall (k7).
+	 * (k3) and KmProdSmall (k3s, k7).
 	 */
 	v.push_back(tiled<KmTile<128, 128, 2, 4, 8, 8, 8, false, 2>>("k4", "v1 128x128 256t l8x4 8x8 smem-state 2/SM"));
 	v.push_back(tiled<KmTile<128, 256, 4, 2, 4, 8, 16, true, 1>>("k5", "v1 128x256 256t l4x8 8x16 reg-state 1/SM"));
@@ -1139,11 +1144,11 @@ main(int argc, char **argv)
 	{
 		int			bad = 0;
 
-		if (km_filter_top2(nullptr, 0, 8, nullptr, 1, 8, nullptr, nullptr, nullptr, st) != cudaSuccess)
+		if (km_filter_top2(KM_FILTER_TILE_256, nullptr, 0, 8, nullptr, 1, 8, nullptr, nullptr, nullptr, st) != cudaSuccess)
 			bad++;				/* n = 0: nothing to do */
-		if (km_filter_top2((float *) 16, 5, 12, (void *) 16, 1, 8, (int32_t *) 16, (float *) 16, (float *) 16, st) != cudaErrorInvalidValue)
+		if (km_filter_top2(KM_FILTER_TILE_256, (float *) 16, 5, 12, (void *) 16, 1, 8, (int32_t *) 16, (float *) 16, (float *) 16, st) != cudaErrorInvalidValue)
 			bad++;				/* dp not a multiple of 8 */
-		if (km_filter_prepare((float *) 16, (float *) 16, 9, 8, 8, (void *) 16, st) != cudaErrorInvalidValue)
+		if (km_filter_prepare(KM_FILTER_TILE_256, (float *) 16, (float *) 16, 9, 8, 8, (void *) 16, st) != cudaErrorInvalidValue)
 			bad++;				/* kp < k */
 		printf("launcher argument checks: %s\n", bad ? "FAIL" : "ok");
 		if (bad)
@@ -1316,7 +1321,7 @@ main(int argc, char **argv)
 			}
 			/* the per-iteration preparation of the production layout */
 			{
-				std::vector<std::function<void()>> pf = {[&]() { CK(km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, st)); }};
+				std::vector<std::function<void()>> pf = {[&]() { CK(km_filter_prepare(KM_FILTER_TILE_256, p.C, p.cn, p.k, p.kp, p.dp, p.work, st)); }};
 				double		pm = time_interleaved(pf, reps, st)[0];
 
 				double		k3ms = 0.0;

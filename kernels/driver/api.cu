@@ -15,6 +15,7 @@
  * One thread at a time: the SQL layer calls from its backend's thread.
  */
 #include "kmg_common.cuh"
+#include "driver/driver.cuh"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static struct
 	char		fatal_msg[200];
 	int			ordinal;		/* device of later calls */
 	kmg_device	dev;
-} kmg_g = {0, 0, "", 0, {0, 0, 0, 0, 0}};
+} kmg_g = {0, 0, "", 0, {0, 0, 0, 0, 0, 0, 0}};
 
 /* Errors after which the CUDA context cannot be used again. */
 static int
@@ -114,6 +115,39 @@ kmg_check_fatal(km_error *err)
 }
 
 /*
+ * The limits of device ordinal that the kernels are sized by (multiprocessors,
+ * shared memory per block and per multiprocessor, and what the hardware
+ * reserves of it per block), and its compute capability.
+ */
+cudaError_t
+kmg_device_limits(int ordinal, kmg_device *dev)
+{
+	int			v[6] = {0, 0, 0, 0, 0, 0};
+	const cudaDeviceAttr attr[6] = {
+		cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+		cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock,
+		cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor
+	};
+
+	for (int i = 0; i < 6; i++)
+	{
+		cudaError_t e = cudaDeviceGetAttribute(&v[i], attr[i], ordinal);
+
+		if (e != cudaSuccess)
+			return e;
+	}
+	memset(dev, 0, sizeof(*dev));
+	dev->ordinal = ordinal;
+	dev->sms = v[0];
+	dev->smem_optin = (size_t) v[1];
+	dev->smem_per_sm = (size_t) v[2];
+	dev->smem_reserved = (size_t) v[3];
+	dev->cc_major = v[4];
+	dev->cc_minor = v[5];
+	return cudaSuccess;
+}
+
+/*
  * Start CUDA on the chosen device (first call only) and make it current.
  */
 km_status
@@ -140,27 +174,12 @@ kmg_begin(km_error *err)
 		e = cudaFree(0);		/* create the context now, not in a kernel launch */
 	if (e != cudaSuccess)
 		return kmg_cuda_error(err, e, "cudaSetDevice");
-	{
-		int			sms = 0,
-					optin = 0,
-					major = 0,
-					minor = 0;
-
-		if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, kmg_g.ordinal)) != cudaSuccess)
-			return kmg_cuda_error(err, e, "cudaDeviceGetAttribute");
-		if (major < 8)
-			return kmg_set_error(err, KM_ERR_UNAVAILABLE,
-								 "GPU %d has compute capability %d.%d; 8.0 or later is needed",
-								 kmg_g.ordinal, major, minor);
-		kmg_g.dev.ordinal = kmg_g.ordinal;
-		kmg_g.dev.sms = sms;
-		kmg_g.dev.smem_optin = (size_t) optin;
-		kmg_g.dev.cc_major = major;
-		kmg_g.dev.cc_minor = minor;
-	}
+	if ((e = kmg_device_limits(kmg_g.ordinal, &kmg_g.dev)) != cudaSuccess)
+		return kmg_cuda_error(err, e, "cudaDeviceGetAttribute");
+	if (kmg_g.dev.cc_major < 8)
+		return kmg_set_error(err, KM_ERR_UNAVAILABLE,
+							 "GPU %d has compute capability %d.%d; 8.0 or later is needed",
+							 kmg_g.ordinal, kmg_g.dev.cc_major, kmg_g.dev.cc_minor);
 	kmg_g.started = 1;
 	return KM_OK;
 }

@@ -17,6 +17,8 @@
  * (kmg_ds_load), so there is one upload path.
  */
 #include "kmg_common.cuh"
+#include "driver/driver.cuh"
+#include "prep/prep.cuh"
 
 #include <stdlib.h>
 #include <string.h>

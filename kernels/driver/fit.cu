@@ -15,14 +15,15 @@
  * (one fused kernel, a reduction and a finalize) is captured once into a
  * CUDA graph of several iterations, which cuts the launch gaps.
  *
- * Per iteration:
- *	small k:      kmg_fused_pass (assign_direct.cu): the narrow kernel alone
- *	              (dp <= 32; its last block ends the iteration), or the wide
- *	              or direct kernel -> kmg_reduce_finalize (whose last block
- *	              ends the iteration)
- *	otherwise:    km_filter_prepare -> km_filter_top2 (skipped when the run
- *	              has stopped) -> kmg_classify -> kmg_exact_refine ->
- *	              kmg_sort_labels -> kmg_segment -> kmg_finalize
+ * Per iteration (the kernels of kmg_assign_pass are those of the plan
+ * assign/dispatch.cu made for the shape):
+ *	small k:      kmg_assign_pass: the narrow kernel alone (its last block
+ *	              ends the iteration), or the wide or direct kernel ->
+ *	              kmg_reduce_finalize (whose last block ends the iteration)
+ *	otherwise:    kmg_assign_pass: km_filter_prepare -> km_filter_top2
+ *	              (skipped when the run has stopped) -> kmg_classify ->
+ *	              kmg_exact_refine; then kmg_sort_labels -> kmg_segment ->
+ *	              kmg_finalize
  * Once per call, kmg_rows_setup decides the l2 centring of the narrow and
  * wide passes and the scales of the order-free sums.  KMG_VERBOSE=1 in the
  * environment traces every batch and iteration on stderr.
@@ -32,7 +33,12 @@
  * cudaMalloc that every exit path frees.
  */
 #include "kmg_common.cuh"
+#include "assign/assign.cuh"
+#include "driver/driver.cuh"
+#include "prep/prep.cuh"
+#include "seed/seed.cuh"
 #include "seed/seed_pp.h"
+#include "update/update.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -81,7 +87,7 @@ typedef struct kmg_shape
 	int			L;				/* k-means++ candidates per step */
 	int			sums;			/* map: per-cluster sums */
 	int			max_iter;
-	kmg_direct_plan plan;		/* ok: the fused small-k path */
+	kmg_assign_plan plan;		/* the assignment kernels (assign/dispatch.cu) */
 	int			centrable;		/* l2 on a fused pass that centres (narrow, wide) */
 	size_t		sort_bytes;
 	int			seed_blocks;
@@ -122,7 +128,7 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	w->a.xnorm = (const float *) kmg_carve(&c, (size_t) n * sizeof(float));
 	w->a.labels = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
 	w->a.cost = (double *) kmg_carve(&c, (size_t) n * sizeof(double));
-	if (!sh->plan.ok)
+	if (!kmg_plan_fused(&sh->plan))
 	{
 		w->a.best = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
 		w->a.fbest = (float *) kmg_carve(&c, (size_t) n * sizeof(float));
@@ -157,10 +163,10 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	w->a.npieces = (int *) kmg_carve(&c, sizeof(int));
 	w->a.pdone = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
 	w->a.ppart = (double *) kmg_carve(&c, (size_t) w->a.maxpieces * cw * sizeof(double));
-	if (!sh->plan.ok)
+	if (!kmg_plan_fused(&sh->plan))
 	{
 		w->a.xcap = kmg_exact_cap(n);
-		w->a.fbn = km_filter_tile_cols(k);
+		w->a.fbn = km_filter_tile_cols(sh->plan.ftile);
 		w->a.fwork = (const float *) w->filter_work;
 		w->a.xchunks = (k + w->a.fbn - 1) / w->a.fbn;
 		w->a.xcost = (double *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(double));
@@ -168,14 +174,14 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	}
 	w->a.reloc = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
 	w->a.empties = (int32_t *) kmg_carve(&c, (size_t) k * sizeof(int32_t));
-	if (sh->plan.ok)
+	if (kmg_plan_fused(&sh->plan))
 	{
 		w->a.part = (double *) kmg_carve(&c, (size_t) sh->plan.nblocks * k * cw * sizeof(double));
 		w->a.part_moved = (int *) kmg_carve(&c, (size_t) sh->plan.nblocks * sizeof(int));
 		w->a.nblocks = sh->plan.nblocks;
-		if (sh->plan.kind == KMG_PLAN_NARROW)
+		if (sh->plan.path == KMG_PATH_NARROW)
 			w->a.nfix = (unsigned long long *) kmg_carve(&c, kmg_narrow_fix_bytes(k, sh->d));
-		if (sh->plan.kind == KMG_PLAN_WIDE)
+		if (sh->plan.path == KMG_PATH_WIDE)
 		{
 			w->a.wrow = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
 			w->a.wmask = (uint32_t *) kmg_carve(&c, (size_t) n * sizeof(uint32_t));
@@ -211,7 +217,6 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 			   const km_params *params, int sums, const kmg_device *dev)
 {
 	const int	sms = dev != NULL ? dev->sms : 132;
-	const size_t optin = dev != NULL ? dev->smem_optin : 227 * 1024;
 
 	memset(sh, 0, sizeof(*sh));
 	sh->n = n;
@@ -229,10 +234,9 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 		sh->L = KMG_PP_LMAX;
 	sh->sums = sums;
 	sh->max_iter = params != NULL ? params->max_iter : 1;
-	sh->plan = kmg_fused_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS,
-								   sms, optin);
-	sh->centrable = !cosine && sh->plan.ok &&
-		(sh->plan.kind == KMG_PLAN_NARROW || sh->plan.kind == KMG_PLAN_WIDE);
+	sh->plan = kmg_assign_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS, dev);
+	sh->centrable = !cosine &&
+		(sh->plan.path == KMG_PATH_NARROW || sh->plan.path == KMG_PATH_WIDE);
 	{
 		/* k-means++ units: tiles of 128 rows, at most 8 blocks an SM, 1024 in all */
 		int64_t		b = (n + 127) / 128;
@@ -298,7 +302,7 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 				if (e == cudaSuccess)
 				{
 					w->a.mu = w->mu;
-					if (sh->plan.kind == KMG_PLAN_WIDE)
+					if (sh->plan.path == KMG_PATH_WIDE)
 						e = kmg_centred_norms(w->a.X, w->mu, sh->n, sh->d, sh->dp,
 											  (float *) w->a.xnorm, s);
 				}
@@ -360,7 +364,6 @@ typedef struct kmg_fit
 	const km_hooks *hooks;
 	const km_params *params;
 	double		t0;
-	int			sms;
 } kmg_fit;
 
 #define KMG_GRAPH_ITERS 4
@@ -375,14 +378,10 @@ kmg_enqueue_iteration(kmg_fit *f)
 	const kmg_args *a = &f->w.a;
 	cudaError_t e;
 
-	if (f->sh.plan.ok)
-		return kmg_fused_pass(a, &f->sh.plan, KMG_MODE_ITER, f->s);	/* finalize included */
-	if ((e = km_filter_prepare(a->Cf, a->cn, a->k, a->kp, a->dp, f->w.filter_work, f->s)) != cudaSuccess ||
-		(e = km_filter_top2(a->X, a->n, a->dp, f->w.filter_work, a->k, a->kp, a->best,
-							a->fbest, a->fsecond, f->s, &a->ctl->stop)) != cudaSuccess ||
-		(e = kmg_classify(a, KMG_MODE_ITER, f->s)) != cudaSuccess ||
-		(e = kmg_exact_refine(a, KMG_MODE_ITER, f->sms, f->s)) != cudaSuccess ||
-		(e = kmg_sort_labels(a, f->w.iota, f->w.sort_temp, f->sh.sort_bytes, f->s)) != cudaSuccess ||
+	if ((e = kmg_assign_pass(a, &f->sh.plan, KMG_MODE_ITER, f->w.filter_work, f->s)) != cudaSuccess ||
+		kmg_plan_fused(&f->sh.plan))
+		return e;				/* a fused pass ends the iteration itself */
+	if ((e = kmg_sort_labels(a, f->w.iota, f->w.sort_temp, f->sh.sort_bytes, f->s)) != cudaSuccess ||
 		(e = kmg_segment(a, KMG_MODE_ITER, 1, f->s)) != cudaSuccess)
 		return e;
 	return kmg_finalize(a, KMG_FIN_ITER, f->s);
@@ -390,21 +389,12 @@ kmg_enqueue_iteration(kmg_fit *f)
 
 /* Exact labels for the current centroids (no Lloyd bookkeeping). */
 static cudaError_t
-kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, int sms, cudaStream_t s)
+kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, cudaStream_t s)
 {
 	kmg_args	a = w->a;
-	cudaError_t e;
 
 	a.lloyd = 0;
-	if (sh->plan.ok)
-		return kmg_fused_pass(&a, &sh->plan, KMG_MODE_LABELS, s);
-	if ((e = cudaMemsetAsync(&a.ctl->namb, 0, sizeof(int), s)) != cudaSuccess ||
-		(e = km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, w->filter_work, s)) != cudaSuccess ||
-		(e = km_filter_top2(a.X, a.n, a.dp, w->filter_work, a.k, a.kp, a.best, a.fbest,
-							a.fsecond, s)) != cudaSuccess ||
-		(e = kmg_classify(&a, KMG_MODE_LABELS, s)) != cudaSuccess)
-		return e;
-	return kmg_exact_refine(&a, KMG_MODE_LABELS, sms, s);
+	return kmg_assign_pass(&a, &sh->plan, KMG_MODE_LABELS, w->filter_work, s);
 }
 
 /* Re-seed the empty clusters of the paused iteration, then finish it. */
@@ -599,7 +589,7 @@ kmg_make_graph(kmg_fit *f)
 	cudaError_t e;
 
 	f->graph = NULL;
-	f->graph_iters = f->sh.plan.ok ? KMG_GRAPH_ITERS : 1;
+	f->graph_iters = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
 	if (cudaStreamBeginCapture(f->s, cudaStreamCaptureModeRelaxed) != cudaSuccess)
 	{
 		(void) cudaGetLastError();
@@ -657,7 +647,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	int			reported = 0;
 	int			inflight = 0;
 	int			head = 0;		/* oldest snapshot slot in flight */
-	int			batch = f->sh.plan.ok ? KMG_GRAPH_ITERS : 1;
+	int			batch = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
 	int			finished = 0;
 	int			batch_sz[2] = {0, 0};
 	double		batch_t[2] = {0, 0};
@@ -737,7 +727,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 				const double now = kmg_now();
 				const double since = last_done > 0.0 ? last_done : batch_t[slot];
 
-				if (f->sh.plan.ok && batch_sz[slot] > 0)
+				if (kmg_plan_fused(&f->sh.plan) && batch_sz[slot] > 0)
 				{
 					double		per = (now - since) / batch_sz[slot];
 					int			want = per > 0.0 ? (int) (0.05 / per) : 64;
@@ -926,7 +916,6 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	f.t0 = kmg_now();
 	f.hooks = hooks;
 	f.params = params;
-	f.sms = dev->sms;
 	if ((st = kmg_check_params(rows, params, err)) != KM_OK)
 		return st;
 	if (result == NULL || result->centroids == NULL || result->sizes == NULL ||
@@ -935,8 +924,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 
 	kmg_make_shape(&f.sh, rows->n, rows->d, params->k, params->metric == KM_METRIC_COSINE, 1,
 				   !rows->in_place, params, 0, dev);
-	if (f.sh.plan.ok)
-		KMG_CK(kmg_fused_prepare(&f.sh.plan, dev->sms));
+	KMG_CK(kmg_assign_prepare(&f.sh.plan, dev));
 	bytes = kmg_layout(&f.sh, NULL, NULL);
 	if ((st = kmg_alloc_arena(&f.arena, bytes, "the fit", err)) != KM_OK)
 		goto done;
@@ -1031,7 +1019,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 
 			a.lloyd = 0;
 			if (stop != KMG_STOP_SETTLED)
-				KMG_CK(kmg_enqueue_labels(&f.sh, &f.w, f.sms, f.s));
+				KMG_CK(kmg_enqueue_labels(&f.sh, &f.w, f.s));
 			KMG_CK(kmg_row_costs(&a, f.s));
 			KMG_CK(kmg_sort_labels(&a, f.w.iota, f.w.sort_temp, f.sh.sort_bytes, f.s));
 			KMG_CK(kmg_segment(&a, KMG_MODE_LABELS, 0, f.s));
@@ -1133,8 +1121,7 @@ kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k, km_metric m
 	memset(&w, 0, sizeof(w));
 	kmg_make_shape(&sh, rows->n, rows->d, k, cosine, 0, !rows->in_place, NULL,
 				   partial != NULL, dev);
-	if (sh.plan.ok)
-		KMG_CK(kmg_fused_prepare(&sh.plan, dev->sms));
+	KMG_CK(kmg_assign_prepare(&sh.plan, dev));
 	bytes = kmg_layout(&sh, NULL, NULL);
 	if ((st = kmg_alloc_arena(&arena, bytes, "the assignment", err)) != KM_OK)
 		goto done;
@@ -1163,7 +1150,7 @@ kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k, km_metric m
 						 cosine ? (float *) w.a.X : NULL, (float *) w.a.xnorm, NULL, s));
 	KMG_CK(kmg_rows_setup(&sh, &w, 0, s));
 	KMG_CK(kmg_finalize(&w.a, KMG_FIN_SETUP, s));
-	KMG_CK(kmg_enqueue_labels(&sh, &w, dev->sms, s));
+	KMG_CK(kmg_enqueue_labels(&sh, &w, s));
 	KMG_CK(kmg_row_costs(&w.a, s));
 	if (labels != NULL)
 		KMG_CK(cudaMemcpyAsync(labels, w.a.labels, (size_t) rows->n * sizeof(int32_t),

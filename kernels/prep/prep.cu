@@ -16,6 +16,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "prep/prep.cuh"
 
 #include <string.h>
 

@@ -53,6 +53,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "seed/seed.cuh"
 #include "seed/seed_pp.h"
 
 #include <limits.h>

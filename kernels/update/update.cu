@@ -27,6 +27,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "update/update.cuh"
 #include "update/finalize_block.cuh"
 
 #include <math.h>
