@@ -1,12 +1,16 @@
 /*
  * seed.cuh
- *	  Initial centroids on the device (seed.cu): random rows, and greedy
- *	  k-means++ run as a queue of "units" the host only launches.
+ *	  Initial centroids on the device: random rows (random.cu), and greedy
+ *	  k-means++ run as a queue of "units" the host only launches
+ *	  (kmeanspp.cu, with its arithmetic shared with the C reference in
+ *	  seed_pp.h).
  */
 #ifndef KMG_SEED_CUH
 #define KMG_SEED_CUH
 
 #include "kmg_common.cuh"
+
+/* ---- kmeanspp.cu ---- */
 
 /* k-means++ candidates per step: 2 + ln k < 24 for any int k. */
 #define KMG_PP_LMAX 24
@@ -66,6 +70,8 @@ cudaError_t kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t se
 						 int shift, cudaStream_t stream);
 cudaError_t kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count,
 						 cudaStream_t stream);
+
+/* ---- random.cu ---- */
 cudaError_t kmg_seed_random_keys(const kmg_args *a, const uint64_t *hashes, uint64_t stream_key,
 								 double *keys, cudaStream_t stream);
 cudaError_t kmg_take_rows(const kmg_args *a, const int32_t *rows, int count, int c0,
