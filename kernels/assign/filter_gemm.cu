@@ -139,51 +139,24 @@ km_top2_merge(float &b1, int &bi, float &b2, float c1, int ci, float c2)
 }
 
 /*
- * One block: rows [m0, m0 + BM) against every centroid tile.  Bt is the
- * prepared operand (tile t, slice s at Bt + (t * S + s) * 8 * BN, laid out
- * [8][BN]); Cn the padded cn (+INF past k).
+ * The stages of km_filter_body, one block's rows [m0, m0 + BM) against
+ * every centroid tile.  Shared memory: As [2][BK][AP] (the X slice,
+ * transposed), Xs [BM][BK] (the next X slice as cp.async leaves it), Bs
+ * [2][BK][BN] (the operand's slice), Cs [2][BN] (its cn row), then St1,
+ * St2, StI [TM/4][NT] (the running top-2 when not in registers, and the
+ * per-thread top-2s merged at the end).
  */
+
+/* The global rows this thread stages (clamped to the last row: results discarded). */
 template <class T>
 __device__ __forceinline__ void
-km_filter_body(const float *__restrict__ X, int64_t n, int dp,
-			   const float *__restrict__ Bt, const float *__restrict__ Cn,
-			   int k, int ntiles,
-			   int32_t *__restrict__ best, float *__restrict__ fbest,
-			   float *__restrict__ fsecond, const int *stop)
+km_filter_sources(const float *__restrict__ X, int64_t n, int dp, int64_t m0, int tid,
+				  const float *(&xsrc)[T::A_F4], int (&a_r)[T::A_F4], int (&a_k)[T::A_F4])
 {
-	constexpr int BM = T::BM, BN = T::BN, TM = T::TM, TN = T::TN, NT = T::NT;
-	constexpr int AP = T::AP;
-
-	extern __shared__ float4 km_smem4[];
-	float	   *As = reinterpret_cast<float *>(km_smem4);	/* [2][BK][AP] */
-	float	   *Xs = As + T::SM_A;	/* [BM][BK], as in X */
-	float	   *Bs = Xs + T::SM_X;	/* [2][BK][BN] */
-	float	   *Cs = Bs + T::SM_B;	/* [2][BN] */
-	float4	   *St1 = reinterpret_cast<float4 *>(Cs + T::SM_CN);	/* [TM/4][NT] */
-	float4	   *St2 = St1 + (TM / 4) * NT;
-	int4	   *StI = reinterpret_cast<int4 *>(St2 + (TM / 4) * NT);
-
-	const int	tid = threadIdx.x;
-	const int	lane = tid & 31;
-	const int	warp = tid >> 5;
-	const int	wr = warp / T::WN;
-	const int	wc = warp % T::WN;
-	const int	arow = wr * (T::LR * TM) + (lane / T::LC) * 4;
-	const int	bcol = wc * (T::LC * TN) + (lane % T::LC) * 4;
-	const int	wcol0 = wc * (T::LC * TN);
-	const int64_t m0 = (int64_t) blockIdx.x * BM;
-	const int	S = dp / KM_BK;
-	const int	total = ntiles * S;
-
-	/* Rows this thread stages (clamped to the last row: results discarded). */
-	const float *xsrc[T::A_F4];
-	int			a_r[T::A_F4],
-				a_k[T::A_F4];
-
 #pragma unroll
 	for (int u = 0; u < T::A_F4; u++)
 	{
-		int			idx = tid + u * NT;
+		int			idx = tid + u * T::NT;
 		int64_t		row = m0 + (idx >> 1);
 
 		a_r[u] = idx >> 1;
@@ -192,36 +165,16 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			row = n - 1;
 		xsrc[u] = X + row * dp + a_k[u];
 	}
+}
 
-	/* Prologue: slice 0 of tile 0 into buffer 0. */
+/* The running top-2 of each row of the micro-tile, empty. */
+template <class T>
+__device__ __forceinline__ void
+km_filter_top2_init(int tid, float (&r1)[T::TM], float (&r2)[T::TM], int (&ri)[T::TM],
+					float4 *St1, float4 *St2, int4 *StI)
+{
 #pragma unroll
-	for (int u = 0; u < T::A_F4; u++)
-		kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u]);
-#pragma unroll
-	for (int u = 0; u < T::B_F4; u++)
-		kmg_cp16(Bs + (tid + u * NT) * 4, Bt + (tid + u * NT) * 4);
-	if (tid < BN / 4)
-		kmg_cp16(Cs + tid * 4, Cn + tid * 4);
-	kmg_cp16_commit();
-	/*
-	 * The run's stop flag, read while the prologue's copies are in flight
-	 * (read before them, its latency delayed every block's start).
-	 */
-	if (stop != nullptr && *(volatile const int *) stop != 0)
-	{
-		kmg_cp16_wait<0>();
-		return;
-	}
-	kmg_cp16_wait<0>();
-	km_stage_a<T>(As, Xs, tid, a_r, a_k);
-
-	/* Running top-2 per row of the micro-tile, over this lane's columns. */
-	float		r1[TM],
-				r2[TM];
-	int			ri[TM];
-
-#pragma unroll
-	for (int i = 0; i < TM; i++)
+	for (int i = 0; i < T::TM; i++)
 	{
 		r1[i] = INFINITY;
 		r2[i] = INFINITY;
@@ -230,187 +183,196 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 	if (!T::REG)
 	{
 #pragma unroll
-		for (int g = 0; g < TM / 4; g++)
+		for (int g = 0; g < T::TM / 4; g++)
 		{
-			St1[g * NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
-			St2[g * NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
-			StI[g * NT + tid] = make_int4(INT_MAX, INT_MAX, INT_MAX, INT_MAX);
+			St1[g * T::NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
+			St2[g * T::NT + tid] = make_float4(INFINITY, INFINITY, INFINITY, INFINITY);
+			StI[g * T::NT + tid] = make_int4(INT_MAX, INT_MAX, INT_MAX, INT_MAX);
 		}
 	}
-	kmg_cp16_wait<0>();
-	__syncthreads();
+}
 
-	float		acc[TM][TN];
-	int			t = 0,
-				s = 0;
+/*
+ * Copies of the slice after the current one (possibly the next tile's
+ * first, then with its cn row) into the other buffers, as one cp.async
+ * group.
+ */
+template <class T>
+__device__ __forceinline__ void
+km_filter_prefetch(int tid, int it, int cur, int s1, int t1, const float *const (&xsrc)[T::A_F4],
+				   const float *__restrict__ Bt, const float *__restrict__ Cn, float *Xs,
+				   float *Bs, float *Cs)
+{
+	constexpr int BN = T::BN, NT = T::NT;
+	const float *bsrc = Bt + (size_t) (it + 1) * (KM_BK * BN);
+	float	   *bdst = Bs + (cur ^ 1) * (KM_BK * BN);
 
-	for (int it = 0; it < total; it++)
+#pragma unroll
+	for (int u = 0; u < T::A_F4; u++)
+		kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u] + s1 * KM_BK);
+#pragma unroll
+	for (int u = 0; u < T::B_F4; u++)
+		kmg_cp16(bdst + (tid + u * NT) * 4, bsrc + (tid + u * NT) * 4);
+	if (s1 == 0 && tid < BN / 4)
+		kmg_cp16(Cs + (cur ^ 1) * BN + tid * 4, Cn + (size_t) t1 * BN + tid * 4);
+	kmg_cp16_commit();
+}
+
+/*
+ * The main loop's work: one 8-deep slice (in buffer cur) of the
+ * accumulators, the operands of step kk + 1 read (LDS.128) while step kk's
+ * FMAs run; a tile's first slice starts from cn_j.
+ */
+template <class T>
+__device__ __forceinline__ void
+km_filter_slice(float (&acc)[T::TM][T::TN], const float *As, const float *Bs, const float *Cs,
+				int cur, int arow, int bcol, bool first)
+{
+	constexpr int TM = T::TM, TN = T::TN, AP = T::AP, BN = T::BN;
+	const float *as = As + cur * (KM_BK * AP) + arow;
+	const float *bs = Bs + cur * (KM_BK * BN) + bcol;
+	float		a[2][TM],
+				b[2][TN];
+
+#pragma unroll
+	for (int g = 0; g < TM / 4; g++)
+		*reinterpret_cast<float4 *>(&a[0][g * 4]) =
+			*reinterpret_cast<const float4 *>(as + g * (T::LR * 4));
+#pragma unroll
+	for (int g = 0; g < TN / 4; g++)
+		*reinterpret_cast<float4 *>(&b[0][g * 4]) =
+			*reinterpret_cast<const float4 *>(bs + g * (T::LC * 4));
+
+#pragma unroll
+	for (int kk = 0; kk < KM_BK; kk++)
 	{
-		const int	cur = it & 1;
-		int			s1 = s + 1,
-					t1 = t;
+		const int	c = kk & 1;
 
-		if (s1 == S)
+		if (kk + 1 < KM_BK)
 		{
-			s1 = 0;
-			t1++;
-		}
-		const bool	has_next = it + 1 < total;
-
-		/* Prefetch the next slice (possibly of the next tile). */
-		if (has_next)
-		{
-			const float *bsrc = Bt + (size_t) (it + 1) * (KM_BK * BN);
-			float	   *bdst = Bs + (cur ^ 1) * (KM_BK * BN);
-
-#pragma unroll
-			for (int u = 0; u < T::A_F4; u++)
-				kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u] + s1 * KM_BK);
-#pragma unroll
-			for (int u = 0; u < T::B_F4; u++)
-				kmg_cp16(bdst + (tid + u * NT) * 4, bsrc + (tid + u * NT) * 4);
-			if (s1 == 0 && tid < BN / 4)
-				kmg_cp16(Cs + (cur ^ 1) * BN + tid * 4, Cn + (size_t) t1 * BN + tid * 4);
-			kmg_cp16_commit();
-		}
-
-		/* Warps whose columns all lie past k (last tile only) sit it out. */
-		const bool	active = wcol0 < k - t * BN;
-
-		if (active)
-		{
-			const float *as = As + cur * (KM_BK * AP) + arow;
-			const float *bs = Bs + cur * (KM_BK * BN) + bcol;
-			float		a[2][TM],
-						b[2][TN];
-
 #pragma unroll
 			for (int g = 0; g < TM / 4; g++)
-				*reinterpret_cast<float4 *>(&a[0][g * 4]) =
-					*reinterpret_cast<const float4 *>(as + g * (T::LR * 4));
+				*reinterpret_cast<float4 *>(&a[c ^ 1][g * 4]) =
+					*reinterpret_cast<const float4 *>(as + (kk + 1) * AP + g * (T::LR * 4));
 #pragma unroll
 			for (int g = 0; g < TN / 4; g++)
-				*reinterpret_cast<float4 *>(&b[0][g * 4]) =
-					*reinterpret_cast<const float4 *>(bs + g * (T::LC * 4));
-
-#pragma unroll
-			for (int kk = 0; kk < KM_BK; kk++)
-			{
-				const int	c = kk & 1;
-
-				if (kk + 1 < KM_BK)
-				{
-#pragma unroll
-					for (int g = 0; g < TM / 4; g++)
-						*reinterpret_cast<float4 *>(&a[c ^ 1][g * 4]) =
-							*reinterpret_cast<const float4 *>(as + (kk + 1) * AP + g * (T::LR * 4));
-#pragma unroll
-					for (int g = 0; g < TN / 4; g++)
-						*reinterpret_cast<float4 *>(&b[c ^ 1][g * 4]) =
-							*reinterpret_cast<const float4 *>(bs + (kk + 1) * BN + g * (T::LC * 4));
-				}
-				if (kk == 0 && s == 0)
-				{
-					/* First FMA of a tile starts from cn_j. */
-					float		cn[TN];
-
-#pragma unroll
-					for (int g = 0; g < TN / 4; g++)
-						*reinterpret_cast<float4 *>(&cn[g * 4]) =
-							*reinterpret_cast<const float4 *>(Cs + cur * BN + bcol + g * (T::LC * 4));
-#pragma unroll
-					for (int i = 0; i < TM; i++)
-#pragma unroll
-						for (int j = 0; j < TN; j++)
-							acc[i][j] = fmaf(a[c][i], b[c][j], cn[j]);
-				}
-				else
-				{
-#pragma unroll
-					for (int i = 0; i < TM; i++)
-#pragma unroll
-						for (int j = 0; j < TN; j++)
-							acc[i][j] = fmaf(a[c][i], b[c][j], acc[i][j]);
-				}
-			}
-
-			/* Tile done: fold it into the running top-2, columns ascending. */
-			if (s == S - 1)
-			{
-				int			col[TN];
-
-#pragma unroll
-				for (int g = 0; g < TN / 4; g++)
-#pragma unroll
-					for (int q = 0; q < 4; q++)
-						col[g * 4 + q] = t * BN + bcol + g * (T::LC * 4) + q;
-
-#pragma unroll
-				for (int g = 0; g < TM / 4; g++)
-				{
-					float4		v1,
-								v2;
-					int4		vi;
-
-					if (T::REG)
-					{
-						v1 = make_float4(r1[g * 4], r1[g * 4 + 1], r1[g * 4 + 2], r1[g * 4 + 3]);
-						v2 = make_float4(r2[g * 4], r2[g * 4 + 1], r2[g * 4 + 2], r2[g * 4 + 3]);
-						vi = make_int4(ri[g * 4], ri[g * 4 + 1], ri[g * 4 + 2], ri[g * 4 + 3]);
-					}
-					else
-					{
-						v1 = St1[g * NT + tid];
-						v2 = St2[g * NT + tid];
-						vi = StI[g * NT + tid];
-					}
-					float		b1[4] = {v1.x, v1.y, v1.z, v1.w};
-					float		b2[4] = {v2.x, v2.y, v2.z, v2.w};
-					int			bi[4] = {vi.x, vi.y, vi.z, vi.w};
-
-#pragma unroll
-					for (int q = 0; q < 4; q++)
-#pragma unroll
-						for (int j = 0; j < TN; j++)
-						{
-							const float f = acc[g * 4 + q][j];
-
-							b2[q] = fminf(b2[q], fmaxf(b1[q], f));
-							if (f < b1[q])
-							{
-								b1[q] = f;
-								bi[q] = col[j];
-							}
-						}
-					if (T::REG)
-					{
-#pragma unroll
-						for (int q = 0; q < 4; q++)
-						{
-							r1[g * 4 + q] = b1[q];
-							r2[g * 4 + q] = b2[q];
-							ri[g * 4 + q] = bi[q];
-						}
-					}
-					else
-					{
-						St1[g * NT + tid] = make_float4(b1[0], b1[1], b1[2], b1[3]);
-						St2[g * NT + tid] = make_float4(b2[0], b2[1], b2[2], b2[3]);
-						StI[g * NT + tid] = make_int4(bi[0], bi[1], bi[2], bi[3]);
-					}
-				}
-			}
+				*reinterpret_cast<float4 *>(&b[c ^ 1][g * 4]) =
+					*reinterpret_cast<const float4 *>(bs + (kk + 1) * BN + g * (T::LC * 4));
 		}
-
-		if (has_next)
+		if (kk == 0 && first)
 		{
-			kmg_cp16_wait<0>();
-			km_stage_a<T>(As + (cur ^ 1) * (KM_BK * AP), Xs, tid, a_r, a_k);
+			/* First FMA of a tile starts from cn_j. */
+			float		cn[TN];
+
+#pragma unroll
+			for (int g = 0; g < TN / 4; g++)
+				*reinterpret_cast<float4 *>(&cn[g * 4]) =
+					*reinterpret_cast<const float4 *>(Cs + cur * BN + bcol + g * (T::LC * 4));
+#pragma unroll
+			for (int i = 0; i < TM; i++)
+#pragma unroll
+				for (int j = 0; j < TN; j++)
+					acc[i][j] = fmaf(a[c][i], b[c][j], cn[j]);
 		}
-		__syncthreads();
-		t = t1;
-		s = s1;
+		else
+		{
+#pragma unroll
+			for (int i = 0; i < TM; i++)
+#pragma unroll
+				for (int j = 0; j < TN; j++)
+					acc[i][j] = fmaf(a[c][i], b[c][j], acc[i][j]);
+		}
 	}
+}
+
+/*
+ * A tile done: its accumulators folded into the running top-2 of each
+ * row, columns ascending (col0: this lane's first column), so ties keep
+ * the earlier index.
+ */
+template <class T>
+__device__ __forceinline__ void
+km_filter_fold(int tid, int col0, const float (&acc)[T::TM][T::TN], float (&r1)[T::TM],
+			   float (&r2)[T::TM], int (&ri)[T::TM], float4 *St1, float4 *St2, int4 *StI)
+{
+	constexpr int TM = T::TM, TN = T::TN, NT = T::NT;
+	int			col[TN];
+
+#pragma unroll
+	for (int g = 0; g < TN / 4; g++)
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			col[g * 4 + q] = col0 + g * (T::LC * 4) + q;
+
+#pragma unroll
+	for (int g = 0; g < TM / 4; g++)
+	{
+		float4		v1,
+					v2;
+		int4		vi;
+
+		if (T::REG)
+		{
+			v1 = make_float4(r1[g * 4], r1[g * 4 + 1], r1[g * 4 + 2], r1[g * 4 + 3]);
+			v2 = make_float4(r2[g * 4], r2[g * 4 + 1], r2[g * 4 + 2], r2[g * 4 + 3]);
+			vi = make_int4(ri[g * 4], ri[g * 4 + 1], ri[g * 4 + 2], ri[g * 4 + 3]);
+		}
+		else
+		{
+			v1 = St1[g * NT + tid];
+			v2 = St2[g * NT + tid];
+			vi = StI[g * NT + tid];
+		}
+		float		b1[4] = {v1.x, v1.y, v1.z, v1.w};
+		float		b2[4] = {v2.x, v2.y, v2.z, v2.w};
+		int			bi[4] = {vi.x, vi.y, vi.z, vi.w};
+
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+#pragma unroll
+			for (int j = 0; j < TN; j++)
+			{
+				const float f = acc[g * 4 + q][j];
+
+				b2[q] = fminf(b2[q], fmaxf(b1[q], f));
+				if (f < b1[q])
+				{
+					b1[q] = f;
+					bi[q] = col[j];
+				}
+			}
+		if (T::REG)
+		{
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+			{
+				r1[g * 4 + q] = b1[q];
+				r2[g * 4 + q] = b2[q];
+				ri[g * 4 + q] = bi[q];
+			}
+		}
+		else
+		{
+			St1[g * NT + tid] = make_float4(b1[0], b1[1], b1[2], b1[3]);
+			St2[g * NT + tid] = make_float4(b2[0], b2[1], b2[2], b2[3]);
+			StI[g * NT + tid] = make_int4(bi[0], bi[1], bi[2], bi[3]);
+		}
+	}
+}
+
+/*
+ * Epilogue: the WN x LC partial top-2s of each row (in shared memory,
+ * stored there first when they were in registers) merged by one thread per
+ * row, and the row's outputs written.
+ */
+template <class T>
+__device__ __forceinline__ void
+km_filter_epilogue(int tid, int64_t m0, int64_t n, int k, const float (&r1)[T::TM],
+				   const float (&r2)[T::TM], const int (&ri)[T::TM], float4 *St1, float4 *St2,
+				   int4 *StI, int32_t *__restrict__ best, float *__restrict__ fbest,
+				   float *__restrict__ fsecond)
+{
+	constexpr int BM = T::BM, TM = T::TM, NT = T::NT;
 
 	if (T::REG)
 	{
@@ -460,6 +422,127 @@ km_filter_body(const float *__restrict__ X, int64_t n, int dp,
 			fsecond[row] = b2;
 		}
 	}
+}
+
+/*
+ * One block: rows [m0, m0 + BM) against every centroid tile.  Bt is the
+ * prepared operand (tile t, slice s at Bt + (t * S + s) * 8 * BN, laid out
+ * [8][BN]); Cn the padded cn (+INF past k).  The prologue copies slice 0
+ * and checks the run's stop flag meanwhile; the main loop walks the slices
+ * of every tile straight across tile boundaries, the next slice's copies in
+ * flight, folding each finished tile into the running top-2; the epilogue
+ * merges the lanes' top-2s of each row.
+ */
+template <class T>
+__device__ __forceinline__ void
+km_filter_body(const float *__restrict__ X, int64_t n, int dp,
+			   const float *__restrict__ Bt, const float *__restrict__ Cn,
+			   int k, int ntiles,
+			   int32_t *__restrict__ best, float *__restrict__ fbest,
+			   float *__restrict__ fsecond, const int *stop)
+{
+	constexpr int BM = T::BM, BN = T::BN, TM = T::TM, TN = T::TN, NT = T::NT;
+	constexpr int AP = T::AP;
+
+	extern __shared__ float4 km_smem4[];
+	float	   *As = reinterpret_cast<float *>(km_smem4);	/* [2][BK][AP] */
+	float	   *Xs = As + T::SM_A;	/* [BM][BK], as in X */
+	float	   *Bs = Xs + T::SM_X;	/* [2][BK][BN] */
+	float	   *Cs = Bs + T::SM_B;	/* [2][BN] */
+	float4	   *St1 = reinterpret_cast<float4 *>(Cs + T::SM_CN);	/* [TM/4][NT] */
+	float4	   *St2 = St1 + (TM / 4) * NT;
+	int4	   *StI = reinterpret_cast<int4 *>(St2 + (TM / 4) * NT);
+
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	const int	wr = warp / T::WN;
+	const int	wc = warp % T::WN;
+	const int	arow = wr * (T::LR * TM) + (lane / T::LC) * 4;
+	const int	bcol = wc * (T::LC * TN) + (lane % T::LC) * 4;
+	const int	wcol0 = wc * (T::LC * TN);
+	const int64_t m0 = (int64_t) blockIdx.x * BM;
+	const int	S = dp / KM_BK;
+	const int	total = ntiles * S;
+	const float *xsrc[T::A_F4];
+	int			a_r[T::A_F4],
+				a_k[T::A_F4];
+
+	km_filter_sources<T>(X, n, dp, m0, tid, xsrc, a_r, a_k);
+
+	/* Prologue: slice 0 of tile 0 into buffer 0. */
+#pragma unroll
+	for (int u = 0; u < T::A_F4; u++)
+		kmg_cp16(Xs + (tid + u * NT) * 4, xsrc[u]);
+#pragma unroll
+	for (int u = 0; u < T::B_F4; u++)
+		kmg_cp16(Bs + (tid + u * NT) * 4, Bt + (tid + u * NT) * 4);
+	if (tid < BN / 4)
+		kmg_cp16(Cs + tid * 4, Cn + tid * 4);
+	kmg_cp16_commit();
+	/*
+	 * The run's stop flag, read while the prologue's copies are in flight
+	 * (read before them, its latency delayed every block's start).
+	 */
+	if (stop != nullptr && *(volatile const int *) stop != 0)
+	{
+		kmg_cp16_wait<0>();
+		return;
+	}
+	kmg_cp16_wait<0>();
+	km_stage_a<T>(As, Xs, tid, a_r, a_k);
+
+	/* Running top-2 per row of the micro-tile, over this lane's columns. */
+	float		r1[TM],
+				r2[TM];
+	int			ri[TM];
+
+	km_filter_top2_init<T>(tid, r1, r2, ri, St1, St2, StI);
+	kmg_cp16_wait<0>();
+	__syncthreads();
+
+	/* Main loop: slice s of tile t in buffer cur, the next one's copies in flight. */
+	float		acc[TM][TN];
+	int			t = 0,
+				s = 0;
+
+	for (int it = 0; it < total; it++)
+	{
+		const int	cur = it & 1;
+		int			s1 = s + 1,
+					t1 = t;
+
+		if (s1 == S)
+		{
+			s1 = 0;
+			t1++;
+		}
+		const bool	has_next = it + 1 < total;
+
+		if (has_next)
+			km_filter_prefetch<T>(tid, it, cur, s1, t1, xsrc, Bt, Cn, Xs, Bs, Cs);
+
+		/* Warps whose columns all lie past k (last tile only) sit it out. */
+		const bool	active = wcol0 < k - t * BN;
+
+		if (active)
+		{
+			km_filter_slice<T>(acc, As, Bs, Cs, cur, arow, bcol, s == 0);
+			if (s == S - 1)
+				km_filter_fold<T>(tid, t * BN + bcol, acc, r1, r2, ri, St1, St2, StI);
+		}
+
+		if (has_next)
+		{
+			kmg_cp16_wait<0>();
+			km_stage_a<T>(As + (cur ^ 1) * (KM_BK * AP), Xs, tid, a_r, a_k);
+		}
+		__syncthreads();
+		t = t1;
+		s = s1;
+	}
+
+	km_filter_epilogue<T>(tid, m0, n, k, r1, r2, ri, St1, St2, StI, best, fbest, fsecond);
 }
 
 template <class T>
