@@ -79,11 +79,176 @@ kmg_direct_layout_of(int kb, int s, int nstage, int groups, int dp, int k)
 	return L;
 }
 
+/* Prologue: the filter copy of the centroids (rows past k zero, +INF norm) and the cleared accumulators. */
+template <int KB>
+__device__ __forceinline__ void
+kmg_direct_prologue(int tid, const kmg_args &a, float *sC, float *scn, double *acc, int k, int dp,
+					int iter, int groups, size_t gstride)
+{
+	for (int e = tid; e < KB * dp; e += KMG_NT)
+		sC[e] = e < k * dp ? a.Cf[e] : 0.0f;
+	for (int j = tid; j < KB; j += KMG_NT)
+		scn[j] = j < k ? a.cn[j] : INFINITY;
+	if (iter)
+		for (size_t e = tid; e < (size_t) groups * gstride; e += KMG_NT)
+			acc[e] = 0.0;
+}
+
+/*
+ * This lane's dot products of its row (in shared memory) with every
+ * centroid over the lane's 16-byte chunks, and |x|^2; then the S lanes'
+ * partials in a butterfly (a + b == b + a, so every lane gets the same
+ * bits).
+ */
+template <int KB, int S>
+__device__ __forceinline__ void
+kmg_direct_dots(const float *xs, const float *sC, int lane, int q4, int dp, float (&f)[KB],
+				float &xx)
+{
+#pragma unroll
+	for (int j = 0; j < KB; j++)
+		f[j] = 0.0f;
+	for (int q = lane; q < q4; q += S)
+	{
+		const float4 x = *reinterpret_cast<const float4 *>(xs + 4 * q);
+
+		xx = fmaf(x.x, x.x, xx);
+		xx = fmaf(x.y, x.y, xx);
+		xx = fmaf(x.z, x.z, xx);
+		xx = fmaf(x.w, x.w, xx);
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+		{
+			const float4 c = *reinterpret_cast<const float4 *>(sC + j * dp + 4 * q);
+
+			f[j] = fmaf(x.x, c.x, f[j]);
+			f[j] = fmaf(x.y, c.y, f[j]);
+			f[j] = fmaf(x.z, c.z, f[j]);
+			f[j] = fmaf(x.w, c.w, f[j]);
+		}
+	}
+#pragma unroll
+	for (int o = S / 2; o > 0; o >>= 1)
+	{
+		xx += __shfl_xor_sync(0xffffffffu, xx, o);
+#pragma unroll
+		for (int j = 0; j < KB; j++)
+			f[j] += __shfl_xor_sync(0xffffffffu, f[j], o);
+	}
+}
+
+/*
+ * The filter values (into f), the best with its centroid and the second
+ * (ties to the lower index).  Computed in locals and copied out at the end:
+ * updated through the references, the compare chain cost
+ * kmg_direct_kernel<16,1> 56 more registers (ptxas -v, sm_90).
+ */
+template <int KB>
+__device__ __forceinline__ void
+kmg_direct_best(const float *scn, float (&f)[KB], float &f1_out, float &f2_out, int &b_out)
+{
+	float		f1 = INFINITY,
+				f2 = INFINITY;
+	int			b = 0;
+
+#pragma unroll
+	for (int j = 0; j < KB; j++)
+	{
+		float		v = scn[j] - 2.0f * f[j];
+
+		f[j] = v;
+		if (v < f1)
+		{
+			f2 = f1;
+			f1 = v;
+			b = j;
+		}
+		else if (v < f2)
+			f2 = v;
+	}
+	f1_out = f1;
+	f2_out = f2;
+	b_out = b;
+}
+
+/*
+ * A row too close to call in float: km_exact_cost among the centroids the
+ * filter cannot rule out (all of them when all), the candidates spread over
+ * the row's S lanes, then the lanes' least cost (ties to the lower index)
+ * into label and ecost.
+ */
+template <int KB, int S>
+__device__ __forceinline__ void
+kmg_direct_settle(const kmg_args &a, const float *xs, const float *sC, const float (&f)[KB],
+				  int lane, unsigned gmask, int all, float thr, int k, int d, int dp, int &label,
+				  double &ecost)
+{
+	double		bc = INFINITY;
+	int			bj = INT_MAX;
+
+#pragma unroll
+	for (int j = 0; j < KB; j++)
+		if (j % S == lane && j < k && (all || !(f[j] > thr)))
+		{
+			/* l2: the filter copy in shared memory is the centroid itself */
+			double		c = km_exact_cost(xs, a.cosine ? a.C + (size_t) j * dp : sC + j * dp,
+										  a.cosine ? a.cnorm[j] : 0.0, d, a.cosine);
+
+			if (KMG_BEFORE(c, j, bc, bj))
+			{
+				bc = c;
+				bj = j;
+			}
+		}
+	kmg_warp_argmin<S>(bc, bj, gmask);
+	label = bj;
+	ecost = bc;
+}
+
+/*
+ * Epilogue (MODE_ITER): the block's partial, its accumulator copies added
+ * in group order, and its moved count, for reduce.cu.
+ */
+__device__ __forceinline__ void
+kmg_direct_block_partial(int tid, const kmg_args &a, const double *acc, size_t gstride,
+						 int groups, int k, int dp, int *sred, int moved)
+{
+	{
+		const size_t cells = (size_t) k * KMG_CW(dp);
+		double	   *out = a.part + (size_t) blockIdx.x * cells;
+
+		for (size_t e = tid; e < cells; e += KMG_NT)
+		{
+			double		s = acc[e];
+
+			for (int gi = 1; gi < groups; gi++)
+				s += acc[(size_t) gi * gstride + e];
+			out[e] = s;
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		moved += __shfl_xor_sync(0xffffffffu, moved, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = moved;
+	__syncthreads();
+	if (tid == 0)
+	{
+		int			s = 0;
+
+		for (int wv = 0; wv < KMG_NT / 32; wv++)
+			s += sred[wv];
+		a.part_moved[blockIdx.x] = s;
+	}
+}
+
 /*
  * One pass over the rows (see the file header).  KB: centroids of the
  * register tile (>= k); S: lanes per row.  The grid is persistent: block b
  * takes tiles b, b + gridDim.x, ... so each block's partial is a fixed
- * function of the input.
+ * function of the input.  Per tile: its copies waited for (the next
+ * nstage - 1 tiles' in flight), the dot products, the filter, the settling
+ * of close calls, the labels, and in MODE_ITER the tile's sums; then the
+ * block's partial.
  */
 template <int KB, int S>
 __global__ void __launch_bounds__(KMG_NT)
@@ -117,16 +282,9 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 	const int64_t n = a.n;
 	const int64_t ntiles = (n + T - 1) / T;
 
-	/* Centroids: rows past k are zeros with +INF norm, never chosen. */
-	for (int e = tid; e < KB * dp; e += KMG_NT)
-		sC[e] = e < k * dp ? a.Cf[e] : 0.0f;
-	for (int j = tid; j < KB; j += KMG_NT)
-		scn[j] = j < k ? a.cn[j] : INFINITY;
-	if (iter)
-		for (size_t e = tid; e < (size_t) groups * L.gstride; e += KMG_NT)
-			acc[e] = 0.0;
+	kmg_direct_prologue<KB>(tid, a, sC, scn, acc, k, dp, iter, groups, L.gstride);
 
-	/* Start the first nstage - 1 tiles. */
+	/* tile into stage buf: T rows of dp floats (zeros past n), one cp.async group */
 	auto issue = [&](int64_t tile, int buf) {
 		if (tile < ntiles)
 		{
@@ -148,6 +306,7 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		kmg_cp16_commit();
 	};
 
+	/* Start the first nstage - 1 tiles. */
 	for (int st = 0; st < nstage - 1; st++)
 		issue(blockIdx.x + (int64_t) st * gridDim.x, st);
 
@@ -175,58 +334,13 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		const int	old = (lane == 0 && iter && row < n) ? a.labels[row] : -1;
 		const float wrow = (lane == 0 && row < n && a.W != NULL) ? a.W[row] : 1.0f;
 
-#pragma unroll
-		for (int j = 0; j < KB; j++)
-			f[j] = 0.0f;
-		for (int q = lane; q < q4; q += S)
-		{
-			const float4 x = *reinterpret_cast<const float4 *>(xs + 4 * q);
+		kmg_direct_dots<KB, S>(xs, sC, lane, q4, dp, f, xx);
 
-			xx = fmaf(x.x, x.x, xx);
-			xx = fmaf(x.y, x.y, xx);
-			xx = fmaf(x.z, x.z, xx);
-			xx = fmaf(x.w, x.w, xx);
-#pragma unroll
-			for (int j = 0; j < KB; j++)
-			{
-				const float4 c = *reinterpret_cast<const float4 *>(sC + j * dp + 4 * q);
+		float		f1,
+					f2;
+		int			b;
 
-				f[j] = fmaf(x.x, c.x, f[j]);
-				f[j] = fmaf(x.y, c.y, f[j]);
-				f[j] = fmaf(x.z, c.z, f[j]);
-				f[j] = fmaf(x.w, c.w, f[j]);
-			}
-		}
-		/* butterfly: a + b == b + a, so every lane gets the same bits */
-#pragma unroll
-		for (int o = S / 2; o > 0; o >>= 1)
-		{
-			xx += __shfl_xor_sync(0xffffffffu, xx, o);
-#pragma unroll
-			for (int j = 0; j < KB; j++)
-				f[j] += __shfl_xor_sync(0xffffffffu, f[j], o);
-		}
-
-		/* filter values, best and second (ties to the lower index) */
-		float		f1 = INFINITY,
-					f2 = INFINITY;
-		int			b = 0;
-
-#pragma unroll
-		for (int j = 0; j < KB; j++)
-		{
-			float		v = scn[j] - 2.0f * f[j];
-
-			f[j] = v;
-			if (v < f1)
-			{
-				f2 = f1;
-				f1 = v;
-				b = j;
-			}
-			else if (v < f2)
-				f2 = v;
-		}
+		kmg_direct_best<KB>(scn, f, f1, f2, b);
 
 		const float xn = sqrtf(xx);
 		const float slack = km_filter_slack(d, xn, cmax);
@@ -235,31 +349,9 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		double		ecost = -1.0;
 
 		if (row < n && (all || !(f2 - f1 > slack)))
-		{
-			/* too close to call in float: exact, among the candidates */
-			const float thr = f1 + slack;
-			double		bc = INFINITY;
-			int			bj = INT_MAX;
-
-#pragma unroll
-			for (int j = 0; j < KB; j++)
-				if (j % S == lane && j < k && (all || !(f[j] > thr)))
-				{
-					/* l2: the filter copy in shared memory is the centroid itself */
-					double		c = km_exact_cost(xs, a.cosine ? a.C + (size_t) j * dp : sC + j * dp,
-												  a.cosine ? a.cnorm[j] : 0.0, d, a.cosine);
-
-					if (KMG_BEFORE(c, j, bc, bj))
-					{
-						bc = c;
-						bj = j;
-					}
-				}
-			kmg_warp_argmin<S>(bc, bj, gmask);
-			label = bj;
-			ecost = bc;
-		}
-
+			kmg_direct_settle<KB, S>(a, xs, sC, f, lane, gmask, all, f1 + slack, k, d, dp, label,
+									 ecost);
+		/* the row's label; in MODE_ITER moved, and w * cost for the sums */
 		if (lane == 0)
 		{
 			if (row < n)
@@ -293,9 +385,15 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 		}
 		__syncthreads();
 
+		/*
+		 * The tile's sums (MODE_ITER): group gi of the block's threads adds
+		 * rows gi, gi + groups, ... of the tile, in order, into its own
+		 * accumulator copy, so no two threads ever add into the same cell.
+		 * (Here, not in a function of its own: as one, ptxas spilled in
+		 * other instances.)
+		 */
 		if (iter)
 		{
-			/* group gi adds rows gi, gi + groups, ... of the tile, in order */
 			const int	tpg = KMG_NT / groups;
 			const int	gi = tid / tpg;
 			const int	ti = tid - gi * tpg;
@@ -329,36 +427,9 @@ kmg_direct_kernel(kmg_args a, int mode, int nstage, int groups)
 	if (!iter)
 		return;
 
-	/* the block's partial: accumulator copies added in group order */
 	__syncthreads();
-	{
-		const size_t cells = (size_t) k * KMG_CW(dp);
-		double	   *out = a.part + (size_t) blockIdx.x * cells;
-
-		for (size_t e = tid; e < cells; e += KMG_NT)
-		{
-			double		s = acc[e];
-
-			for (int gi = 1; gi < groups; gi++)
-				s += acc[(size_t) gi * L.gstride + e];
-			out[e] = s;
-		}
-	}
-	for (int o = 16; o > 0; o >>= 1)
-		moved += __shfl_xor_sync(0xffffffffu, moved, o);
-	if ((tid & 31) == 0)
-		sred[tid >> 5] = moved;
-	__syncthreads();
-	if (tid == 0)
-	{
-		int			s = 0;
-
-		for (int wv = 0; wv < KMG_NT / 32; wv++)
-			s += sred[wv];
-		a.part_moved[blockIdx.x] = s;
-	}
+	kmg_direct_block_partial(tid, a, acc, L.gstride, groups, k, dp, sred, moved);
 }
-
 
 /* The instances: register tile KB = 4, 8, 12, 16, 24, 32 x lanes per row S = 1, 4, 32. */
 static const int kmg_kb_list[] = {4, 8, 12, 16, 24, 32};
