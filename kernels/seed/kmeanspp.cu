@@ -360,8 +360,883 @@ kmg_pp_smem_bytes(int lb, int dp, int dq)
 	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 64;
 }
 
+/* ---- k-means++: the unit's stages ---- */
+
+/*
+ * Step 0 (no D2 yet): every row of this block's tiles offers its key under
+ * w alone (kmg_pp_row: the smallest is kept).
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_nod2(int tid, const kmg_pp_args &a, const kmg_pp_state &st, int select,
+				 uint64_t stream, int64_t mine, int64_t n, kmg_pp_thr<LB> &t, double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+
+	const float dist[NC] = {};
+
+	for (int64_t ti = 0; ti < mine; ti++)
+	{
+		const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
+
+		if (r < n)
+			kmg_pp_row_ld<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
+	}
+}
+
+/*
+ * Dense rows: slabs of 32 floats of 128 rows (and of the columns), two
+ * stages of cp.async; a thread owns a row and carries its NC x 4 chains
+ * across the slabs, then ends the row (kmg_pp_row_ld).  The first SELECT
+ * also measures max |x - c0| for the shadow's scale.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigned char *smem,
+				  const int *colrow, unsigned int cmask, int select, int keys_next,
+				  uint64_t stream, int64_t mine, int64_t n, int dp, kmg_pp_thr<LB> &t,
+				  double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+	const int	nslab = (dp + 31) >> 5;
+	const int64_t K = mine * nslab;
+	const int	SLOT = KMG_PP_NT * KMG_PP_RS + NC * 32;
+	float	   *ring = reinterpret_cast<float *>(smem);
+	float		acc[NC][4];
+
+	auto stage = [&](int64_t kk) {
+		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+		const int	j = (int) (kk % nslab);
+		float	   *dst = ring + (kk & 1) * SLOT;
+
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+		{
+			const int	c = tid + KMG_PP_NT * u;
+			const int	i = c >> 3,
+						q = c & 7;
+			const int64_t r = tile * KMG_PP_NT + i;
+			const int	col = 32 * j + 4 * q;
+			const bool	ok = r < n && col < dp;
+
+			kmg_cp16_zfill(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
+						ok ? 16 : 0);
+		}
+		for (int c = tid; c < NC * 8; c += KMG_PP_NT)
+		{
+			const int	cc = c >> 3,
+						q = c & 7;
+			const int	col = 32 * j + 4 * q;
+			const bool	ok = ((cmask >> cc) & 1u) && col < dp;
+
+			kmg_cp16_zfill(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
+						ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
+		}
+	};
+
+	if (K > 0)
+		stage(0);
+	kmg_cp16_commit();
+	for (int64_t kk = 0; kk < K; kk++)
+	{
+		const int	j = (int) (kk % nslab);
+		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+		const int64_t r = tile * KMG_PP_NT + tid;
+		const float *slot = ring + (kk & 1) * SLOT;
+		const float *xr = slot + tid * KMG_PP_RS;
+		const float *cs = slot + KMG_PP_NT * KMG_PP_RS;
+		const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
+		const bool	amax_on = st.first && r < n;
+
+		if (kk + 1 < K)
+			stage(kk + 1);
+		kmg_cp16_commit();
+		kmg_cp16_wait<1>();
+		__syncthreads();
+		if (j == 0)
+#pragma unroll
+			for (int c = 0; c < NC; c++)
+				acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			if (q < gn)
+			{
+				const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((cmask >> c) & 1u)
+					{
+						const float4 cv = *reinterpret_cast<const float4 *>(cs + c * 32 + 4 * q);
+
+						acc[c][0] = kmg_pp_step(acc[c][0], x.x, cv.x);
+						acc[c][1] = kmg_pp_step(acc[c][1], x.y, cv.y);
+						acc[c][2] = kmg_pp_step(acc[c][2], x.z, cv.z);
+						acc[c][3] = kmg_pp_step(acc[c][3], x.w, cv.w);
+						if (c == 0 && amax_on)
+							t.amax = fmaxf(t.amax,
+										   fmaxf(fmaxf(fabsf(__fsub_rn(x.x, cv.x)),
+													   fabsf(__fsub_rn(x.y, cv.y))),
+												 fmaxf(fabsf(__fsub_rn(x.z, cv.z)),
+													   fabsf(__fsub_rn(x.w, cv.w)))));
+					}
+			}
+		__syncthreads();
+		if (j == nslab - 1 && r < n)
+		{
+			float		dist[NC];
+
+#pragma unroll
+			for (int c = 0; c < NC; c++)
+				dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+			kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+		}
+	}
+	kmg_cp16_wait<0>();
+}
+
+/*
+ * The filter's bound for one row of a tile against every column: the int8
+ * dot products (dp4a) with the columns' shadow rows, then the columns
+ * where S |x - c| >= sqrt(Dq) - (r_x + r_c) cannot put d above D2; returns
+ * the mask of those (the pairs that must be computed exactly).
+ */
+template <int LB>
+__device__ __forceinline__ unsigned int
+kmg_pp_tile_bounds(const kmg_pp_state &st, const signed char *xq, const signed char *colq,
+				   const int *cqn, const float *cqr, int dq, int nq, unsigned int cmask, float S,
+				   bool live, float wt, float d2o, int qx, float rx)
+{
+	constexpr int NC = LB + 1;
+	int			dot[NC];
+	unsigned int mask = 0;
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+		dot[c] = 0;
+	/*
+	 * Every column, active or not (an inactive one is zeros and its
+	 * test is skipped below): no branch in the loop, so the NC
+	 * chains of dp4a interleave.
+	 */
+#pragma unroll 1
+	for (int u = 0; u < nq; u++)
+	{
+		const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+		{
+			const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
+
+			dot[c] = __dp4a(x.x, cv.x, dot[c]);
+			dot[c] = __dp4a(x.y, cv.y, dot[c]);
+			dot[c] = __dp4a(x.z, cv.z, dot[c]);
+			dot[c] = __dp4a(x.w, cv.w, dot[c]);
+		}
+	}
+	if (live && wt > 0.0f)
+	{
+		/*
+		 * S |x - c| >= sqrt(Dq) - (r_x + r_c); d >= |x - c|^2 (1 - eps)
+		 * (fac covers 1 / (1 - eps)); prune when that puts d at or
+		 * above D2 with room for the float steps of this test.
+		 */
+		const float A = S * sqrtf(d2o * st.fac);
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			if ((cmask >> c) & 1u)
+			{
+				const float th = A + (rx + cqr[c]);
+				const int	dq2 = qx + cqn[c] - 2 * dot[c];
+
+				if (!((float) dq2 > th * th * 1.00001f))
+					mask |= 1u << c;
+			}
+	}
+	return mask;
+}
+
+/*
+ * The tile's unpruned (row, column) pairs listed row-major (a scan of the
+ * masks), then computed exactly, 32 pairs at a time: their float rows
+ * staged in xs (KMG_PP_XB 16-byte loads a thread in flight), chain j of
+ * pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p into res.
+ * Returns this row's first slot in res; *total: the tile's pairs.
+ */
+template <int LB>
+__device__ __forceinline__ int
+kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t tile,
+				  unsigned int mask, int *wsum, int *ids, float *res, float *xs, const float *colf,
+				  int cs, int dp, int &total_out)
+{
+	constexpr int NC = LB + 1;
+	const int	cnt = __popc(mask);
+	int			incl = cnt;
+	int			base = 0,
+				total = 0;
+
+	for (int o = 1; o < 32; o <<= 1)
+	{
+		const int	v = __shfl_up_sync(0xffffffffu, incl, o);
+
+		if (lane >= o)
+			incl += v;
+	}
+	if (lane == 31)
+		wsum[warp] = incl;
+	__syncthreads();
+	for (int w = 0; w < KMG_PP_NT / 32; w++)
+	{
+		base += w < warp ? wsum[w] : 0;
+		total += wsum[w];
+	}
+	{
+		int			o = base + incl - cnt;
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			if ((mask >> c) & 1u)
+				ids[o++] = (tid << 5) | c;
+	}
+	__syncthreads();
+	for (int p0 = 0; p0 < total; p0 += 32)
+	{
+		const int	g4 = dp >> 2;
+		const int	np = total - p0 < 32 ? total - p0 : 32;
+		const int	items = np * g4;
+
+		/* the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight */
+		for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
+		{
+			float4		v[KMG_PP_XB];
+			int			at[KMG_PP_XB];
+
+#pragma unroll
+			for (int u = 0; u < KMG_PP_XB; u++)
+			{
+				const int	it = b + u * KMG_PP_NT + tid;
+
+				at[u] = -1;
+				if (it < items)
+				{
+					const int	p = it / g4,
+								g = it - p * g4;
+					const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + p] >> 5);
+
+					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + g);
+					at[u] = p * cs + 4 * g;
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < KMG_PP_XB; u++)
+				if (at[u] >= 0)
+					*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
+		}
+		__syncthreads();
+
+		/* chain j of pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p */
+		{
+			const int	p = tid >> 2,
+						j = tid & 3;
+			float		acc = 0.0f;
+
+			if (p < np)
+			{
+				const float *xr = xs + p * cs;
+				const float *cr = colf + (ids[p0 + p] & 31) * cs;
+
+#pragma unroll 8
+				for (int i = j; i < dp; i += 4)
+					acc = kmg_pp_step(acc, xr[i], cr[i]);
+			}
+
+			const float a1 = __shfl_down_sync(0xffffffffu, acc, 1);
+			const float a2 = __shfl_down_sync(0xffffffffu, acc, 2);
+			const float a3 = __shfl_down_sync(0xffffffffu, acc, 3);
+
+			if (j == 0 && p < np)
+				res[p0 + p] = kmg_pp_join(acc, a1, a2, a3);
+		}
+		if (p0 + 32 < total)
+			__syncthreads();
+	}
+	total_out = total;
+	return base + incl - cnt;
+}
+
+/*
+ * Filtered rows: int8 tiles (two stages, the columns in the first), dp4a
+ * against the columns' shadow rows, the bound test, then the unpruned
+ * (row, column) pairs of the tile exactly.  Each wait on memory overlaps
+ * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before the
+ * wait for its tile and arrive under the dp4a, its hash before the pairs;
+ * the pairs' float rows are loaded together, 32 pairs at a time, into the
+ * tile's stage (free once the bounds are known), and four lanes a pair run
+ * the four chains from shared memory (one thread a pair walking its row in
+ * global memory was eight dependent round trips a tile).
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
+					 unsigned char *smem, const int *colrow, int *cqn, float *cqr, int *wsum,
+					 unsigned int cmask, int select, int keys_next, uint64_t stream, int64_t mine,
+					 int64_t n, int dp, kmg_pp_thr<LB> &t, double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+	const int	dq = a.dq;
+	const int	qs = dq + 16;
+	const int	nq = dq >> 4;
+	const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
+	signed char *qring = reinterpret_cast<signed char *>(smem);
+	float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
+	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);
+	int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
+	float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
+	const float S = st.qscale;
+
+	auto stage = [&](int64_t ti) {
+		const int64_t tile = blockIdx.x + ti * gridDim.x;
+		signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
+
+		for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
+		{
+			const int	i = c / nq,
+						q = c - i * nq;
+			const int64_t r = tile * KMG_PP_NT + i;
+			const bool	ok = r < n;
+
+			kmg_cp16_zfill(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
+						ok ? 16 : 0);
+		}
+	};
+
+	/* the columns (float rows, shadow rows) with the first tile; inactive ones zero */
+	for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
+	{
+		const int	c = i / (dp / 4),
+					g = i - c * (dp / 4);
+		const bool	ok = (cmask >> c) & 1u;
+
+		kmg_cp16_zfill(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
+					ok ? 16 : 0);
+	}
+	for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
+	{
+		const int	c = i / (dq / 16),
+					g = i - c * (dq / 16);
+		const bool	ok = (cmask >> c) & 1u;
+
+		kmg_cp16_zfill(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
+					ok ? 16 : 0);
+	}
+	if (tid < NC)
+	{
+		cqn[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qn + colrow[tid]) : 0;
+		cqr[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qr + colrow[tid]) : 0.0f;
+	}
+	if (mine > 0)
+		stage(0);
+	kmg_cp16_commit();
+	for (int64_t ti = 0; ti < mine; ti++)
+	{
+		const int64_t tile = blockIdx.x + ti * gridDim.x;
+		const int64_t r = tile * KMG_PP_NT + tid;
+		const bool	live = r < n;
+		const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
+		float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
+		float		wt = 0.0f,
+					d2o = 0.0f,
+					rx = 0.0f;
+		int			qx = 0;
+		uint64_t	h = 0;
+		unsigned int mask;
+
+		if (live)
+		{
+			wt = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+			d2o = __ldcg(a.d2 + r);
+			qx = __ldcg(a.qn + r);
+			rx = __ldcg(a.qr + r);
+		}
+		if (ti + 1 < mine)
+			stage(ti + 1);
+		kmg_cp16_commit();
+		kmg_cp16_wait<1>();
+		__syncthreads();
+		mask = kmg_pp_tile_bounds<LB>(st, xq, colq, cqn, cqr, dq, nq, cmask, S, live, wt, d2o, qx,
+									  rx);
+		if (live && (select || keys_next))
+			h = __ldg(a.hashes + r);	/* arrives under the pairs */
+		__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
+
+		/* the tile's unpruned pairs, exactly */
+		{
+			int			total;
+			const int	o0 = kmg_pp_tile_pairs<LB>(tid, lane, warp, a, tile, mask, wsum, ids, res,
+												   xs, colf, cs, dp, total);
+
+			t.pairs += tid == 0 ? (unsigned int) total : 0u;
+			__syncthreads();
+			if (live)
+			{
+				float		dist[NC];
+				int			o = o0;
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((mask >> c) & 1u)
+						dist[c] = res[o++];
+					else
+						dist[c] = INFINITY;
+				kmg_pp_row<LB>(a, st, select, keys_next, stream, r, wt, d2o, h, dist, t, lk, lr);
+			}
+		}
+	}
+	kmg_cp16_wait<0>();
+}
+
+/*
+ * The block's sums (potentials, added as integers), the first SELECT's max
+ * |x - c0| and the filtered pairs, into the unit's accumulators.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_block_sums(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
+				  unsigned long long (*sred)[LB + 1], float *samax, unsigned int *spairs,
+				  const kmg_pp_thr<LB> &t)
+{
+	constexpr int NC = LB + 1;
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+	{
+		unsigned long long v = t.pot[c];
+
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0)
+			sred[warp][c] = v;
+	}
+	{
+		float		m = t.amax;
+		unsigned int pc = t.pairs;
+
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+			pc += __shfl_xor_sync(0xffffffffu, pc, o);
+		}
+		if (lane == 0)
+		{
+			samax[warp] = m;
+			spairs[warp] = pc;
+		}
+	}
+	__syncthreads();
+	if (tid < NC)
+	{
+		unsigned long long v = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+			v += sred[w][tid];
+		if (v != 0ull)
+			atomicAdd(&a.acc->pot[tid], v);
+	}
+	if (tid == 0)
+	{
+		float		m = 0.0f;
+		unsigned long long pc = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+		{
+			m = fmaxf(m, samax[w]);
+			pc += spairs[w];
+		}
+		if (st.first && m > 0.0f)
+			atomicMax(&a.acc->qmax_bits, __float_as_uint(m));
+		if (pc != 0ull)
+			atomicAdd(&a.acc->pairs, pc);
+	}
+}
+
+/*
+ * A SELECT unit's block: its L smallest keys under w D2 (the heads of the
+ * threads' sorted lists popped L times) and its smallest key under w, into
+ * its kmg_pp_part.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_block_select(int tid, const kmg_pp_args &a, const kmg_pp_state &st, double *skey,
+					int *srow, const kmg_pp_thr<LB> &t, const double *lk, const int *lr)
+{
+	/* the block's L smallest keys: pop the heads L times; then under w */
+	kmg_pp_part *out = a.part + blockIdx.x;
+	int			head = 0;
+	const int	Ls = st.nod2 ? 0 : a.L;
+
+	for (int l = 0; l < Ls; l++)
+	{
+		double		key = head < t.cnt ? lk[head] : INFINITY;
+		int			row = head < t.cnt ? lr[head] : INT_MAX;
+		const int	me = row;
+
+		kmg_pp_block_min(key, row, skey, srow);
+		if (row == me && head < t.cnt && row != INT_MAX)
+			head++;
+		if (tid == 0)
+		{
+			out->key[l] = key;
+			out->row[l] = row;
+		}
+	}
+	{
+		double		key = t.fk;
+		int			row = t.fr;
+
+		kmg_pp_block_min(key, row, skey, srow);
+		if (tid == 0)
+		{
+			out->fkey = key;
+			out->frow = row;
+		}
+	}
+}
+
+/* The last block of step 0: the row with the smallest key under w (none with w > 0: row 0). */
+__device__ __forceinline__ void
+kmg_pp_first_row(int tid, const kmg_pp_args &a, int &s_row)
+{
+	/* step 0: the smallest key under w (no row with w > 0: row 0) */
+	if (tid == 0)
+	{
+		double		key = INFINITY;
+		int			row = INT_MAX;
+
+		for (int b = 0; b < (int) gridDim.x; b++)
+		{
+			const double fk = __ldcg(&a.part[b].fkey);
+			const int	fr = __ldcg(&a.part[b].frow);
+
+			if (KMG_BEFORE(fk, fr, key, row))
+			{
+				key = fk;
+				row = fr;
+			}
+		}
+		s_row = row == INT_MAX ? 0 : row;
+	}
+}
+
+/*
+ * The last block of a SELECT unit: the L smallest finite keys over the
+ * blocks' sorted lists (none: the smallest key under w) into newkey and
+ * newrow; returns how many (in thread 0).
+ */
+__device__ __forceinline__ int
+kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, unsigned char *smem,
+					double *skey, int *srow, int *wsum, double *newkey, int *newrow)
+{
+	int		   *heads = reinterpret_cast<int *>(smem);
+	int			nnew = 0;
+
+	/* the L smallest over the blocks' sorted lists (finite keys only) */
+	for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+		heads[b] = 0;
+	__syncthreads();
+	for (int l = 0; l < L; l++)
+	{
+		double		key = INFINITY;
+		int			row = INT_MAX;
+		int			blk = -1;
+
+		for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+		{
+			const int	h = heads[b];
+
+			if (h < L)
+			{
+				const double kb = __ldcg(&a.part[b].key[h]);
+				const int	rb = __ldcg(&a.part[b].row[h]);
+
+				if (KMG_BEFORE(kb, rb, key, row))
+				{
+					key = kb;
+					row = rb;
+					blk = b;
+				}
+			}
+		}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			const double ok = __shfl_xor_sync(0xffffffffu, key, o);
+			const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
+			const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
+
+			if (KMG_BEFORE(ok, orow, key, row))
+			{
+				key = ok;
+				row = orow;
+				blk = ob;
+			}
+		}
+		if (lane == 0)
+		{
+			skey[warp] = key;
+			srow[warp] = row;
+			wsum[warp] = blk;
+		}
+		__syncthreads();
+		if (tid == 0)
+		{
+			key = skey[0];
+			row = srow[0];
+			blk = wsum[0];
+			for (int w = 1; w < KMG_PP_NT / 32; w++)
+				if (KMG_BEFORE(skey[w], srow[w], key, row))
+				{
+					key = skey[w];
+					row = srow[w];
+					blk = wsum[w];
+				}
+			if (blk >= 0)
+				heads[blk]++;
+			if (row != INT_MAX && isfinite(key))
+			{
+				newkey[nnew] = key;
+				newrow[nnew] = row;
+				nnew++;
+			}
+		}
+		__syncthreads();
+	}
+	if (tid == 0 && nnew == 0)
+	{
+		/* no finite key: the smallest key under w (none: row 0) */
+		double		key = INFINITY;
+		int			row = INT_MAX;
+
+		for (int b = 0; b < (int) gridDim.x; b++)
+		{
+			const double fk = __ldcg(&a.part[b].fkey);
+			const int	fr = __ldcg(&a.part[b].frow);
+
+			if (KMG_BEFORE(fk, fr, key, row))
+			{
+				key = fk;
+				row = fr;
+			}
+		}
+		newkey[0] = key;
+		newrow[0] = row == INT_MAX ? 0 : row;
+		nnew = 1;
+	}
+	return nnew;
+}
+
+/*
+ * The last block of an EVAL unit: the candidate with the lowest potential
+ * wins (ties: the earlier), and when all L smallest keys of the winner's
+ * list are under tau (no row outside it can beat them), they are the next
+ * step's candidates; returns L then, else 0 (the next unit is a SELECT).
+ */
+__device__ __forceinline__ int
+kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st, int s,
+			int L, int &s_row, int &s_win, int &s_ok, double *newkey, int *newrow)
+{
+	int			nnew = 0;
+
+	/* EVAL: the lowest potential wins (ties: the earlier candidate) */
+	if (tid == 0)
+	{
+		int			best = 0;
+		unsigned long long bp = __ldcg(&a.acc->pot[1]);
+
+		for (int l = 1; l < st.ncand; l++)
+		{
+			const unsigned long long p = __ldcg(&a.acc->pot[1 + l]);
+
+			if (p < bp)
+			{
+				bp = p;
+				best = l;
+			}
+		}
+		s_win = best;
+		s_row = st.cand[best];
+		s_ok = 0;
+	}
+	__syncthreads();
+	if (s + 1 < a.k && warp == 0)
+	{
+		/* the next candidates: the L smallest of the winner's list, all under tau */
+		const int	win = s_win;
+		const int	cnt = __ldcg(&a.acc->lcount[win]);
+
+		if (cnt <= KMG_PP_CAP && cnt >= L)
+		{
+			double		mk[KMG_PP_LMAX];
+			int			mr[KMG_PP_LMAX];
+			int			mc = 0,
+						head = 0;
+			int			good = 1;
+
+			for (int j = lane; j < cnt; j += 32)
+			{
+				const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
+				const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
+
+				if (mc < L || KMG_BEFORE(key, row, mk[L - 1], mr[L - 1]))
+				{
+					int			p = mc < L ? mc++ : L - 1;
+
+					while (p > 0 && KMG_BEFORE(key, row, mk[p - 1], mr[p - 1]))
+					{
+						mk[p] = mk[p - 1];
+						mr[p] = mr[p - 1];
+						p--;
+					}
+					mk[p] = key;
+					mr[p] = row;
+				}
+			}
+			for (int l = 0; l < L; l++)
+			{
+				double		key = head < mc ? mk[head] : INFINITY;
+				int			row = head < mc ? mr[head] : INT_MAX;
+				const int	me = row;
+
+				kmg_warp_argmin(key, row);
+				if (row == me && head < mc && row != INT_MAX)
+					head++;
+				if (!(key < st.tau) || row == INT_MAX)
+					good = 0;
+				if (lane == 0)
+				{
+					newkey[l] = key;
+					newrow[l] = row;
+				}
+			}
+			if (lane == 0)
+				s_ok = good;
+		}
+	}
+	__syncthreads();
+	nnew = s_ok ? L : 0;
+	return nnew;
+}
+
+/*
+ * The next state, by thread 0 of the last block: the filter's bookkeeping,
+ * the step and phase that follow (a new centroid, candidates, or a SELECT),
+ * and the unit's accumulators cleared.
+ */
+__device__ __forceinline__ void
+kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_filter,
+				  unsigned int cmask, int64_t n, int s, int L, int nnew, int s_row, int s_win,
+				  const double *newkey, const int *newrow)
+{
+	kmg_pp_state *o = &st;
+	const unsigned long long pairs = __ldcg(&a.acc->pairs);
+
+	/* the filter's bookkeeping (does not change any result) */
+	if (use_filter)
+	{
+		const int	ncol = __popc(cmask);
+
+		o->h.filtered++;
+		o->h.pairs_lo += (unsigned int) pairs;
+		if ((double) pairs > KMG_PP_DENSE_FRAC * (double) n * (double) (ncol > 0 ? ncol : 1))
+			o->dense_left = KMG_PP_DENSE_UNITS;
+	}
+	else if (!st.nod2)
+	{
+		o->h.dense++;
+		if (o->dense_left > 0)
+			o->dense_left--;
+	}
+	o->h.units++;
+
+	if (st.nod2)
+	{
+		o->c0 = s_row;
+		o->h.s = 1;
+		o->nod2 = 0;
+		o->has_prev = 1;
+		o->first = 1;
+		o->prev = s_row;
+		o->h.phase = KMG_PP_SELECT;
+		if (a.k == 1)
+			o->h.s = a.k;
+	}
+	else if (select)
+	{
+		const unsigned long long p0 = __ldcg(&a.acc->pot[0]);
+
+		if (st.first)
+			o->qmax = __uint_as_float(__ldcg(&a.acc->qmax_bits));
+		else
+			o->h.selects++;
+		o->first = 0;
+		o->has_prev = 0;
+		o->ncand = nnew;
+		for (int l = 0; l < nnew; l++)
+		{
+			o->cand[l] = newrow[l];
+			o->ckey[l] = newkey[l];
+		}
+		o->phi = kmg_pp_value(p0, st.shift);
+		o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+		o->h.phase = KMG_PP_EVAL;
+	}
+	else
+	{
+		const unsigned long long pw = __ldcg(&a.acc->pot[1 + s_win]);
+
+		o->h.s = s + 1;
+		o->prev = s_row;
+		o->has_prev = 1;
+		o->phi = kmg_pp_value(pw, st.shift);
+		if (s + 1 >= a.k)
+			o->h.s = a.k;
+		else if (nnew == L)
+		{
+			o->ncand = L;
+			for (int l = 0; l < L; l++)
+			{
+				o->cand[l] = newrow[l];
+				o->ckey[l] = newkey[l];
+			}
+			o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+			o->h.phase = KMG_PP_EVAL;
+		}
+		else
+		{
+			o->ncand = 0;
+			o->h.phase = KMG_PP_SELECT;
+		}
+	}
+
+	/* clear what the blocks add up */
+	for (int c = 0; c <= KMG_PP_LMAX; c++)
+		a.acc->pot[c] = 0ull;
+	for (int l = 0; l < KMG_PP_LMAX; l++)
+		a.acc->lcount[l] = 0;
+	a.acc->pairs = 0ull;
+	a.acc->qmax_bits = 0u;
+	a.acc->ticket = 0u;
+}
+
 /* ---- k-means++: the unit ---- */
 
+/*
+ * One unit (see the file header): the state in; this block's tiles of rows
+ * (step 0, dense or filtered); the block's sums and, in a SELECT, its
+ * smallest keys; then in the unit's last block the decision (step 0's
+ * row, the SELECT's merge of the blocks' keys, or the EVAL's winner and
+ * next candidates), the chosen row into the centroids, and the next state.
+ */
 template <int LB>
 __global__ void __launch_bounds__(KMG_PP_NT, LB <= 8 ? 4 : 2)
 kmg_pp_unit_kernel(kmg_pp_args a)
@@ -429,461 +1304,17 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		? (ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
 
 	if (st.nod2)
-	{
-		/* step 0: no distances */
-		const float dist[NC] = {};
-
-		for (int64_t ti = 0; ti < mine; ti++)
-		{
-			const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
-
-			if (r < n)
-				kmg_pp_row_ld<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
-		}
-	}
+		kmg_pp_rows_nod2<LB>(tid, a, st, select, stream, mine, n, t, lk, lr);
 	else if (!use_filter)
-	{
-		/*
-		 * Dense: slabs of 32 floats of 128 rows (and of the columns), two
-		 * stages of cp.async; a thread owns a row and carries its NC x 4
-		 * chains across the slabs.
-		 */
-		const int	nslab = (dp + 31) >> 5;
-		const int64_t K = mine * nslab;
-		const int	SLOT = KMG_PP_NT * KMG_PP_RS + NC * 32;
-		float	   *ring = reinterpret_cast<float *>(smem);
-		float		acc[NC][4];
-
-		auto stage = [&](int64_t kk) {
-			const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
-			const int	j = (int) (kk % nslab);
-			float	   *dst = ring + (kk & 1) * SLOT;
-
-#pragma unroll
-			for (int u = 0; u < 8; u++)
-			{
-				const int	c = tid + KMG_PP_NT * u;
-				const int	i = c >> 3,
-							q = c & 7;
-				const int64_t r = tile * KMG_PP_NT + i;
-				const int	col = 32 * j + 4 * q;
-				const bool	ok = r < n && col < dp;
-
-				kmg_cp16_zfill(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
-							ok ? 16 : 0);
-			}
-			for (int c = tid; c < NC * 8; c += KMG_PP_NT)
-			{
-				const int	cc = c >> 3,
-							q = c & 7;
-				const int	col = 32 * j + 4 * q;
-				const bool	ok = ((cmask >> cc) & 1u) && col < dp;
-
-				kmg_cp16_zfill(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
-							ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
-			}
-		};
-
-		if (K > 0)
-			stage(0);
-		kmg_cp16_commit();
-		for (int64_t kk = 0; kk < K; kk++)
-		{
-			const int	j = (int) (kk % nslab);
-			const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
-			const int64_t r = tile * KMG_PP_NT + tid;
-			const float *slot = ring + (kk & 1) * SLOT;
-			const float *xr = slot + tid * KMG_PP_RS;
-			const float *cs = slot + KMG_PP_NT * KMG_PP_RS;
-			const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
-			const bool	amax_on = st.first && r < n;
-
-			if (kk + 1 < K)
-				stage(kk + 1);
-			kmg_cp16_commit();
-			kmg_cp16_wait<1>();
-			__syncthreads();
-			if (j == 0)
-#pragma unroll
-				for (int c = 0; c < NC; c++)
-					acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
-#pragma unroll
-			for (int q = 0; q < 8; q++)
-				if (q < gn)
-				{
-					const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
-
-#pragma unroll
-					for (int c = 0; c < NC; c++)
-						if ((cmask >> c) & 1u)
-						{
-							const float4 cv = *reinterpret_cast<const float4 *>(cs + c * 32 + 4 * q);
-
-							acc[c][0] = kmg_pp_step(acc[c][0], x.x, cv.x);
-							acc[c][1] = kmg_pp_step(acc[c][1], x.y, cv.y);
-							acc[c][2] = kmg_pp_step(acc[c][2], x.z, cv.z);
-							acc[c][3] = kmg_pp_step(acc[c][3], x.w, cv.w);
-							if (c == 0 && amax_on)
-								t.amax = fmaxf(t.amax,
-											   fmaxf(fmaxf(fabsf(__fsub_rn(x.x, cv.x)),
-														   fabsf(__fsub_rn(x.y, cv.y))),
-													 fmaxf(fabsf(__fsub_rn(x.z, cv.z)),
-														   fabsf(__fsub_rn(x.w, cv.w)))));
-						}
-				}
-			__syncthreads();
-			if (j == nslab - 1 && r < n)
-			{
-				float		dist[NC];
-
-#pragma unroll
-				for (int c = 0; c < NC; c++)
-					dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
-				kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
-			}
-		}
-		kmg_cp16_wait<0>();
-	}
+		kmg_pp_rows_dense<LB>(tid, a, st, smem, colrow, cmask, select, keys_next, stream, mine, n,
+							  dp, t, lk, lr);
 	else
-	{
-		/*
-		 * Filter: int8 tiles (two stages, the columns in the first), dp4a
-		 * against the columns' shadow rows, the bound test, then the
-		 * unpruned (row, column) pairs of the tile exactly.  Each wait on
-		 * memory overlaps other work: a row's own values (D2, |q|^2, r_x,
-		 * w) are loaded before the wait for its tile and arrive under the
-		 * dp4a, its hash before the pairs; the pairs' float rows are loaded
-		 * together, 32 pairs at a time, into the tile's stage (free once the
-		 * bounds are known), and four lanes a pair run the four chains from
-		 * shared memory (one thread a pair walking its row in global memory
-		 * was eight dependent round trips a tile).
-		 */
-		const int	dq = a.dq;
-		const int	qs = dq + 16;
-		const int	nq = dq >> 4;
-		const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
-		signed char *qring = reinterpret_cast<signed char *>(smem);
-		float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
-		signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);
-		int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
-		float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
-		const float S = st.qscale;
+		kmg_pp_rows_filtered<LB>(tid, lane, warp, a, st, smem, colrow, cqn, cqr, wsum, cmask,
+								 select, keys_next, stream, mine, n, dp, t, lk, lr);
 
-		auto stage = [&](int64_t ti) {
-			const int64_t tile = blockIdx.x + ti * gridDim.x;
-			signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
-
-			for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
-			{
-				const int	i = c / nq,
-							q = c - i * nq;
-				const int64_t r = tile * KMG_PP_NT + i;
-				const bool	ok = r < n;
-
-				kmg_cp16_zfill(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
-							ok ? 16 : 0);
-			}
-		};
-
-		/* the columns (float rows, shadow rows) with the first tile; inactive ones zero */
-		for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
-		{
-			const int	c = i / (dp / 4),
-						g = i - c * (dp / 4);
-			const bool	ok = (cmask >> c) & 1u;
-
-			kmg_cp16_zfill(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
-						ok ? 16 : 0);
-		}
-		for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
-		{
-			const int	c = i / (dq / 16),
-						g = i - c * (dq / 16);
-			const bool	ok = (cmask >> c) & 1u;
-
-			kmg_cp16_zfill(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
-						ok ? 16 : 0);
-		}
-		if (tid < NC)
-		{
-			cqn[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qn + colrow[tid]) : 0;
-			cqr[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qr + colrow[tid]) : 0.0f;
-		}
-		if (mine > 0)
-			stage(0);
-		kmg_cp16_commit();
-		for (int64_t ti = 0; ti < mine; ti++)
-		{
-			const int64_t tile = blockIdx.x + ti * gridDim.x;
-			const int64_t r = tile * KMG_PP_NT + tid;
-			const bool	live = r < n;
-			const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
-			float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
-			float		wt = 0.0f,
-						d2o = 0.0f,
-						rx = 0.0f;
-			int			qx = 0;
-			uint64_t	h = 0;
-			int			dot[NC];
-			unsigned int mask = 0;
-
-			if (live)
-			{
-				wt = a.W != NULL ? __ldg(a.W + r) : 1.0f;
-				d2o = __ldcg(a.d2 + r);
-				qx = __ldcg(a.qn + r);
-				rx = __ldcg(a.qr + r);
-			}
-			if (ti + 1 < mine)
-				stage(ti + 1);
-			kmg_cp16_commit();
-			kmg_cp16_wait<1>();
-			__syncthreads();
-#pragma unroll
-			for (int c = 0; c < NC; c++)
-				dot[c] = 0;
-			/*
-			 * Every column, active or not (an inactive one is zeros and its
-			 * test is skipped below): no branch in the loop, so the NC
-			 * chains of dp4a interleave.
-			 */
-#pragma unroll 1
-			for (int u = 0; u < nq; u++)
-			{
-				const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
-
-#pragma unroll
-				for (int c = 0; c < NC; c++)
-				{
-					const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
-
-					dot[c] = __dp4a(x.x, cv.x, dot[c]);
-					dot[c] = __dp4a(x.y, cv.y, dot[c]);
-					dot[c] = __dp4a(x.z, cv.z, dot[c]);
-					dot[c] = __dp4a(x.w, cv.w, dot[c]);
-				}
-			}
-			if (live && wt > 0.0f)
-			{
-				/*
-				 * S |x - c| >= sqrt(Dq) - (r_x + r_c); d >= |x - c|^2 (1 - eps)
-				 * (fac covers 1 / (1 - eps)); prune when that puts d at or
-				 * above D2 with room for the float steps of this test.
-				 */
-				const float A = S * sqrtf(d2o * st.fac);
-
-#pragma unroll
-				for (int c = 0; c < NC; c++)
-					if ((cmask >> c) & 1u)
-					{
-						const float th = A + (rx + cqr[c]);
-						const int	dq2 = qx + cqn[c] - 2 * dot[c];
-
-						if (!((float) dq2 > th * th * 1.00001f))
-							mask |= 1u << c;
-					}
-			}
-			if (live && (select || keys_next))
-				h = __ldg(a.hashes + r);	/* arrives under the pairs */
-			__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
-
-			/* list the tile's unpruned pairs (row-major), compute them */
-			{
-				const int	cnt = __popc(mask);
-				int			incl = cnt;
-				int			base = 0,
-							total = 0;
-
-				for (int o = 1; o < 32; o <<= 1)
-				{
-					const int	v = __shfl_up_sync(0xffffffffu, incl, o);
-
-					if (lane >= o)
-						incl += v;
-				}
-				if (lane == 31)
-					wsum[warp] = incl;
-				__syncthreads();
-				for (int w = 0; w < KMG_PP_NT / 32; w++)
-				{
-					base += w < warp ? wsum[w] : 0;
-					total += wsum[w];
-				}
-				{
-					int			o = base + incl - cnt;
-
-#pragma unroll
-					for (int c = 0; c < NC; c++)
-						if ((mask >> c) & 1u)
-							ids[o++] = (tid << 5) | c;
-				}
-				__syncthreads();
-				for (int p0 = 0; p0 < total; p0 += 32)
-				{
-					const int	g4 = dp >> 2;
-					const int	np = total - p0 < 32 ? total - p0 : 32;
-					const int	items = np * g4;
-
-					/* the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight */
-					for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
-					{
-						float4		v[KMG_PP_XB];
-						int			at[KMG_PP_XB];
-
-#pragma unroll
-						for (int u = 0; u < KMG_PP_XB; u++)
-						{
-							const int	it = b + u * KMG_PP_NT + tid;
-
-							at[u] = -1;
-							if (it < items)
-							{
-								const int	p = it / g4,
-											g = it - p * g4;
-								const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + p] >> 5);
-
-								v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + g);
-								at[u] = p * cs + 4 * g;
-							}
-						}
-#pragma unroll
-						for (int u = 0; u < KMG_PP_XB; u++)
-							if (at[u] >= 0)
-								*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
-					}
-					__syncthreads();
-
-					/* chain j of pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p */
-					{
-						const int	p = tid >> 2,
-									j = tid & 3;
-						float		acc = 0.0f;
-
-						if (p < np)
-						{
-							const float *xr = xs + p * cs;
-							const float *cr = colf + (ids[p0 + p] & 31) * cs;
-
-#pragma unroll 8
-							for (int i = j; i < dp; i += 4)
-								acc = kmg_pp_step(acc, xr[i], cr[i]);
-						}
-
-						const float a1 = __shfl_down_sync(0xffffffffu, acc, 1);
-						const float a2 = __shfl_down_sync(0xffffffffu, acc, 2);
-						const float a3 = __shfl_down_sync(0xffffffffu, acc, 3);
-
-						if (j == 0 && p < np)
-							res[p0 + p] = kmg_pp_join(acc, a1, a2, a3);
-					}
-					if (p0 + 32 < total)
-						__syncthreads();
-				}
-				t.pairs += tid == 0 ? (unsigned int) total : 0u;
-				__syncthreads();
-				if (live)
-				{
-					float		dist[NC];
-					int			o = base + incl - cnt;
-
-#pragma unroll
-					for (int c = 0; c < NC; c++)
-						if ((mask >> c) & 1u)
-							dist[c] = res[o++];
-						else
-							dist[c] = INFINITY;
-					kmg_pp_row<LB>(a, st, select, keys_next, stream, r, wt, d2o, h, dist, t, lk, lr);
-				}
-			}
-		}
-		kmg_cp16_wait<0>();
-	}
-
-	/* ---- the block's sums, selections and counters ---- */
-#pragma unroll
-	for (int c = 0; c < NC; c++)
-	{
-		unsigned long long v = t.pot[c];
-
-		for (int o = 16; o > 0; o >>= 1)
-			v += __shfl_xor_sync(0xffffffffu, v, o);
-		if (lane == 0)
-			sred[warp][c] = v;
-	}
-	{
-		float		m = t.amax;
-		unsigned int pc = t.pairs;
-
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-			pc += __shfl_xor_sync(0xffffffffu, pc, o);
-		}
-		if (lane == 0)
-		{
-			samax[warp] = m;
-			spairs[warp] = pc;
-		}
-	}
-	__syncthreads();
-	if (tid < NC)
-	{
-		unsigned long long v = 0;
-
-		for (int w = 0; w < KMG_PP_NT / 32; w++)
-			v += sred[w][tid];
-		if (v != 0ull)
-			atomicAdd(&a.acc->pot[tid], v);
-	}
-	if (tid == 0)
-	{
-		float		m = 0.0f;
-		unsigned long long pc = 0;
-
-		for (int w = 0; w < KMG_PP_NT / 32; w++)
-		{
-			m = fmaxf(m, samax[w]);
-			pc += spairs[w];
-		}
-		if (st.first && m > 0.0f)
-			atomicMax(&a.acc->qmax_bits, __float_as_uint(m));
-		if (pc != 0ull)
-			atomicAdd(&a.acc->pairs, pc);
-	}
+	kmg_pp_block_sums<LB>(tid, lane, warp, a, st, sred, samax, spairs, t);
 	if (select)
-	{
-		/* the block's L smallest keys: pop the heads L times; then under w */
-		kmg_pp_part *out = a.part + blockIdx.x;
-		int			head = 0;
-		const int	Ls = st.nod2 ? 0 : a.L;
-
-		for (int l = 0; l < Ls; l++)
-		{
-			double		key = head < t.cnt ? lk[head] : INFINITY;
-			int			row = head < t.cnt ? lr[head] : INT_MAX;
-			const int	me = row;
-
-			kmg_pp_block_min(key, row, skey, srow);
-			if (row == me && head < t.cnt && row != INT_MAX)
-				head++;
-			if (tid == 0)
-			{
-				out->key[l] = key;
-				out->row[l] = row;
-			}
-		}
-		{
-			double		key = t.fk;
-			int			row = t.fr;
-
-			kmg_pp_block_min(key, row, skey, srow);
-			if (tid == 0)
-			{
-				out->fkey = key;
-				out->frow = row;
-			}
-		}
-	}
+		kmg_pp_block_select<LB>(tid, a, st, skey, srow, t, lk, lr);
 
 	/* ---- the last block decides the next state ---- */
 	__threadfence();
@@ -903,205 +1334,15 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		__shared__ double newkey[KMG_PP_LMAX];
 		const int	s = st.h.s;
 		const int	L = a.L;
-		int		   *heads = reinterpret_cast<int *>(smem);
 		int			nnew = 0;
 
 		if (st.nod2)
-		{
-			/* step 0: the smallest key under w (no row with w > 0: row 0) */
-			if (tid == 0)
-			{
-				double		key = INFINITY;
-				int			row = INT_MAX;
-
-				for (int b = 0; b < (int) gridDim.x; b++)
-				{
-					const double fk = __ldcg(&a.part[b].fkey);
-					const int	fr = __ldcg(&a.part[b].frow);
-
-					if (KMG_BEFORE(fk, fr, key, row))
-					{
-						key = fk;
-						row = fr;
-					}
-				}
-				s_row = row == INT_MAX ? 0 : row;
-			}
-		}
+			kmg_pp_first_row(tid, a, s_row);
 		else if (select)
-		{
-			/* the L smallest over the blocks' sorted lists (finite keys only) */
-			for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
-				heads[b] = 0;
-			__syncthreads();
-			for (int l = 0; l < L; l++)
-			{
-				double		key = INFINITY;
-				int			row = INT_MAX;
-				int			blk = -1;
-
-				for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
-				{
-					const int	h = heads[b];
-
-					if (h < L)
-					{
-						const double kb = __ldcg(&a.part[b].key[h]);
-						const int	rb = __ldcg(&a.part[b].row[h]);
-
-						if (KMG_BEFORE(kb, rb, key, row))
-						{
-							key = kb;
-							row = rb;
-							blk = b;
-						}
-					}
-				}
-				for (int o = 16; o > 0; o >>= 1)
-				{
-					const double ok = __shfl_xor_sync(0xffffffffu, key, o);
-					const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
-					const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
-
-					if (KMG_BEFORE(ok, orow, key, row))
-					{
-						key = ok;
-						row = orow;
-						blk = ob;
-					}
-				}
-				if (lane == 0)
-				{
-					skey[warp] = key;
-					srow[warp] = row;
-					wsum[warp] = blk;
-				}
-				__syncthreads();
-				if (tid == 0)
-				{
-					key = skey[0];
-					row = srow[0];
-					blk = wsum[0];
-					for (int w = 1; w < KMG_PP_NT / 32; w++)
-						if (KMG_BEFORE(skey[w], srow[w], key, row))
-						{
-							key = skey[w];
-							row = srow[w];
-							blk = wsum[w];
-						}
-					if (blk >= 0)
-						heads[blk]++;
-					if (row != INT_MAX && isfinite(key))
-					{
-						newkey[nnew] = key;
-						newrow[nnew] = row;
-						nnew++;
-					}
-				}
-				__syncthreads();
-			}
-			if (tid == 0 && nnew == 0)
-			{
-				/* no finite key: the smallest key under w (none: row 0) */
-				double		key = INFINITY;
-				int			row = INT_MAX;
-
-				for (int b = 0; b < (int) gridDim.x; b++)
-				{
-					const double fk = __ldcg(&a.part[b].fkey);
-					const int	fr = __ldcg(&a.part[b].frow);
-
-					if (KMG_BEFORE(fk, fr, key, row))
-					{
-						key = fk;
-						row = fr;
-					}
-				}
-				newkey[0] = key;
-				newrow[0] = row == INT_MAX ? 0 : row;
-				nnew = 1;
-			}
-		}
+			nnew = kmg_pp_merge_select(tid, lane, warp, a, L, smem, skey, srow, wsum, newkey,
+									   newrow);
 		else
-		{
-			/* EVAL: the lowest potential wins (ties: the earlier candidate) */
-			if (tid == 0)
-			{
-				int			best = 0;
-				unsigned long long bp = __ldcg(&a.acc->pot[1]);
-
-				for (int l = 1; l < st.ncand; l++)
-				{
-					const unsigned long long p = __ldcg(&a.acc->pot[1 + l]);
-
-					if (p < bp)
-					{
-						bp = p;
-						best = l;
-					}
-				}
-				s_win = best;
-				s_row = st.cand[best];
-				s_ok = 0;
-			}
-			__syncthreads();
-			if (s + 1 < a.k && warp == 0)
-			{
-				/* the next candidates: the L smallest of the winner's list, all under tau */
-				const int	win = s_win;
-				const int	cnt = __ldcg(&a.acc->lcount[win]);
-
-				if (cnt <= KMG_PP_CAP && cnt >= L)
-				{
-					double		mk[KMG_PP_LMAX];
-					int			mr[KMG_PP_LMAX];
-					int			mc = 0,
-								head = 0;
-					int			good = 1;
-
-					for (int j = lane; j < cnt; j += 32)
-					{
-						const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
-						const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
-
-						if (mc < L || KMG_BEFORE(key, row, mk[L - 1], mr[L - 1]))
-						{
-							int			p = mc < L ? mc++ : L - 1;
-
-							while (p > 0 && KMG_BEFORE(key, row, mk[p - 1], mr[p - 1]))
-							{
-								mk[p] = mk[p - 1];
-								mr[p] = mr[p - 1];
-								p--;
-							}
-							mk[p] = key;
-							mr[p] = row;
-						}
-					}
-					for (int l = 0; l < L; l++)
-					{
-						double		key = head < mc ? mk[head] : INFINITY;
-						int			row = head < mc ? mr[head] : INT_MAX;
-						const int	me = row;
-
-						kmg_warp_argmin(key, row);
-						if (row == me && head < mc && row != INT_MAX)
-							head++;
-						if (!(key < st.tau) || row == INT_MAX)
-							good = 0;
-						if (lane == 0)
-						{
-							newkey[l] = key;
-							newrow[l] = row;
-						}
-					}
-					if (lane == 0)
-						s_ok = good;
-				}
-			}
-			__syncthreads();
-			nnew = s_ok ? L : 0;
-		}
+			nnew = kmg_pp_eval(tid, lane, warp, a, st, s, L, s_row, s_win, s_ok, newkey, newrow);
 		__syncthreads();
 
 		/* the chosen row becomes centroid s (step 0 and EVAL units) */
@@ -1115,97 +1356,8 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		}
 
 		if (tid == 0)
-		{
-			kmg_pp_state *o = &st;
-			const unsigned long long pairs = __ldcg(&a.acc->pairs);
-
-			/* the filter's bookkeeping (does not change any result) */
-			if (use_filter)
-			{
-				const int	ncol = __popc(cmask);
-
-				o->h.filtered++;
-				o->h.pairs_lo += (unsigned int) pairs;
-				if ((double) pairs > KMG_PP_DENSE_FRAC * (double) n * (double) (ncol > 0 ? ncol : 1))
-					o->dense_left = KMG_PP_DENSE_UNITS;
-			}
-			else if (!st.nod2)
-			{
-				o->h.dense++;
-				if (o->dense_left > 0)
-					o->dense_left--;
-			}
-			o->h.units++;
-
-			if (st.nod2)
-			{
-				o->c0 = s_row;
-				o->h.s = 1;
-				o->nod2 = 0;
-				o->has_prev = 1;
-				o->first = 1;
-				o->prev = s_row;
-				o->h.phase = KMG_PP_SELECT;
-				if (a.k == 1)
-					o->h.s = a.k;
-			}
-			else if (select)
-			{
-				const unsigned long long p0 = __ldcg(&a.acc->pot[0]);
-
-				if (st.first)
-					o->qmax = __uint_as_float(__ldcg(&a.acc->qmax_bits));
-				else
-					o->h.selects++;
-				o->first = 0;
-				o->has_prev = 0;
-				o->ncand = nnew;
-				for (int l = 0; l < nnew; l++)
-				{
-					o->cand[l] = newrow[l];
-					o->ckey[l] = newkey[l];
-				}
-				o->phi = kmg_pp_value(p0, st.shift);
-				o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
-				o->h.phase = KMG_PP_EVAL;
-			}
-			else
-			{
-				const unsigned long long pw = __ldcg(&a.acc->pot[1 + s_win]);
-
-				o->h.s = s + 1;
-				o->prev = s_row;
-				o->has_prev = 1;
-				o->phi = kmg_pp_value(pw, st.shift);
-				if (s + 1 >= a.k)
-					o->h.s = a.k;
-				else if (nnew == L)
-				{
-					o->ncand = L;
-					for (int l = 0; l < L; l++)
-					{
-						o->cand[l] = newrow[l];
-						o->ckey[l] = newkey[l];
-					}
-					o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
-					o->h.phase = KMG_PP_EVAL;
-				}
-				else
-				{
-					o->ncand = 0;
-					o->h.phase = KMG_PP_SELECT;
-				}
-			}
-
-			/* clear what the blocks add up */
-			for (int c = 0; c <= KMG_PP_LMAX; c++)
-				a.acc->pot[c] = 0ull;
-			for (int l = 0; l < KMG_PP_LMAX; l++)
-				a.acc->lcount[l] = 0;
-			a.acc->pairs = 0ull;
-			a.acc->qmax_bits = 0u;
-			a.acc->ticket = 0u;
-		}
+			kmg_pp_next_state(a, st, select, use_filter, cmask, n, s, L, nnew, s_row, s_win,
+							  newkey, newrow);
 		__syncthreads();
 		for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
 			reinterpret_cast<int *>(a.state)[i] = reinterpret_cast<const int *>(&st)[i];
