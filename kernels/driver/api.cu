@@ -1,8 +1,8 @@
 /*
- * gpu_api.cu
+ * api.cu
  *	  The km_gpu_api table of kmeans_gpu_cuda.so: lazy CUDA start, device
- *	  choice, error mapping and the sticky "device is broken" state, and the
- *	  km_engine entry points that take rows from host memory.
+ *	  choice and limits, error mapping and the sticky "device is broken"
+ *	  state, and the km_engine entry points that take rows from host memory.
  *
  * Nothing here runs when the object is loaded: the first table call that
  * needs the device starts CUDA (kmg_begin).  Every CUDA failure becomes a
@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+/* The process's CUDA state: one device at a time, one thread at a time. */
 static struct
 {
 	int			started;		/* CUDA initialised by this process */
@@ -57,6 +59,10 @@ kmg_sticky(cudaError_t e)
 	}
 }
 
+/*
+ * Fill err (when given) with status and a printf-style message; returns
+ * status so that a caller can return it at once.
+ */
 km_status
 kmg_set_error(km_error *err, km_status status, const char *fmt,...)
 {
@@ -72,6 +78,13 @@ kmg_set_error(km_error *err, km_status status, const char *fmt,...)
 	return status;
 }
 
+/*
+ * Map a failed CUDA call (what names it) to a km_status and message: sticky
+ * errors make the device unusable for the rest of the process
+ * (KM_ERR_DEVICE_FATAL), a failed allocation is KM_ERR_DEVICE_NOMEM, a
+ * missing or unsupported device KM_ERR_UNAVAILABLE, the rest KM_ERR_DEVICE.
+ * Non-sticky errors are cleared so that later calls start clean.
+ */
 km_status
 kmg_cuda_error(km_error *err, cudaError_t e, const char *what)
 {
@@ -148,7 +161,10 @@ kmg_device_limits(int ordinal, kmg_device *dev)
 }
 
 /*
- * Start CUDA on the chosen device (first call only) and make it current.
+ * The start of every entry point that needs the device: refuse after a
+ * sticky error; on the first call start CUDA on the chosen device, create
+ * its context, read its limits and refuse devices older than compute
+ * capability 8.0; later calls only make the device current.
  */
 km_status
 kmg_begin(km_error *err)
@@ -184,12 +200,27 @@ kmg_begin(km_error *err)
 	return KM_OK;
 }
 
+/* The limits of the device in use (kmg_begin has run). */
 const kmg_device *
 kmg_dev(void)
 {
 	return &kmg_g.dev;
 }
 
+/* Seconds on the monotonic clock: progress reports and the batches' timing. */
+double
+kmg_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+/*
+ * Host memory of a call: through the caller's alloc hook when it gives one
+ * (the SQL layer's memory context), else malloc.  Never asks for 0 bytes.
+ */
 void *
 kmg_host_alloc(const km_hooks *hooks, size_t size)
 {
@@ -200,6 +231,10 @@ kmg_host_alloc(const km_hooks *hooks, size_t size)
 	return malloc(size);
 }
 
+/*
+ * Give back what kmg_host_alloc gave: through the free hook (none: the
+ * caller's context frees it later), or free.  NULL is ignored.
+ */
 void
 kmg_host_free(const km_hooks *hooks, void *p)
 {
@@ -216,6 +251,7 @@ kmg_host_free(const km_hooks *hooks, void *p)
 
 /* ---- the table ---- */
 
+/* km_gpu_api.device_count: CUDA devices visible; 0 with error filled if none. */
 static int
 kmg_device_count(km_error *error)
 {
@@ -235,6 +271,11 @@ kmg_device_count(km_error *error)
 	return count;
 }
 
+/*
+ * km_gpu_api.device_info: name, memory (total and free now), compute
+ * capability and multiprocessors of device ordinal.  Free memory is per
+ * context, so it is asked on that device, and the current device restored.
+ */
 static km_status
 kmg_device_info(int ordinal, km_gpu_device *out, km_error *error)
 {
@@ -273,6 +314,10 @@ kmg_device_info(int ordinal, km_gpu_device *out, km_error *error)
 	return KM_OK;
 }
 
+/*
+ * km_gpu_api.set_device: the device of later calls; its limits are read
+ * again when it changes.  Starts CUDA on it.
+ */
 static km_status
 kmg_set_device(int ordinal, km_error *error)
 {
@@ -293,6 +338,10 @@ kmg_set_device(int ordinal, km_error *error)
 	return kmg_begin(error);
 }
 
+/*
+ * km_gpu_api.fit_device_bytes: device memory a fit of that shape takes,
+ * the rows (weighted, to be safe) and the fit's arena; 0 for a bad shape.
+ */
 static uint64_t
 kmg_fit_device_bytes(int64_t n, int d, int k, km_metric metric)
 {
@@ -301,6 +350,7 @@ kmg_fit_device_bytes(int64_t n, int d, int k, km_metric metric)
 	return kmg_ds_bytes(n, d, 1) + kmg_fit_bytes(n, d, k, metric, 1);
 }
 
+/* km_gpu_api.assign_device_bytes: the same for assign of one batch. */
 static uint64_t
 kmg_assign_device_bytes(int64_t batch_rows, int d, int k)
 {
@@ -311,16 +361,7 @@ kmg_assign_device_bytes(int64_t batch_rows, int d, int k)
 
 /* ---- km_engine on host rows ---- */
 
-static size_t
-kmg_fit_workspace(int64_t n, int d, int k, int n_threads)
-{
-	(void) n;
-	(void) n_threads;
-	/* centroids and per-cluster columns of one run, plus bookkeeping */
-	return (size_t) k * ((size_t) KMG_ROUND_UP(d, KM_FILTER_DPAD) * sizeof(float) +
-						 3 * sizeof(double)) + 4096;
-}
-
+/* Whether any chunk of data carries weights. */
 static int
 kmg_data_weighted(const km_data *data)
 {
@@ -330,6 +371,7 @@ kmg_data_weighted(const km_data *data)
 	return 0;
 }
 
+/* The limits of the engine on host rows: some rows, fewer than 2^31, d <= 32768. */
 static km_status
 kmg_check_data(const km_data *data, km_error *error)
 {
@@ -344,6 +386,10 @@ kmg_check_data(const km_data *data, km_error *error)
 	return KM_OK;
 }
 
+/*
+ * km_engine.fit on host rows: all of them go up into one internal dataset
+ * (dataset.cu), then the fit runs on the device (fit.cu).
+ */
 static km_status
 kmg_engine_fit(const km_data *data, const km_params *params, const km_hooks *hooks,
 			   km_result *result, km_error *error)
@@ -422,6 +468,7 @@ kmg_engine_batches(const km_data *data, const float *centroids, int k, km_metric
 	return st;
 }
 
+/* km_engine.assign: labels and distances of host rows, in batches. */
 static km_status
 kmg_engine_assign(const km_data *data, const float *centroids, int k, km_metric metric,
 				  int32_t *labels, double *distances, const km_hooks *hooks, km_error *error)
@@ -429,6 +476,7 @@ kmg_engine_assign(const km_data *data, const float *centroids, int k, km_metric 
 	return kmg_engine_batches(data, centroids, k, metric, labels, distances, NULL, hooks, error);
 }
 
+/* km_engine.map: per-cluster sums of host rows into partial, in batches. */
 static km_status
 kmg_engine_map(const km_data *data, const float *centroids, int k, km_metric metric,
 			   km_partial *partial, const km_hooks *hooks, km_error *error)
@@ -438,10 +486,15 @@ kmg_engine_map(const km_data *data, const float *centroids, int k, km_metric met
 	return kmg_engine_batches(data, centroids, k, metric, NULL, NULL, partial, hooks, error);
 }
 
+/*
+ * The GPU engine on host rows.  No fit_workspace: the host memory of a GPU
+ * fit is a few k-sized arrays, and nothing asks (KmFitMemory sizes the CPU
+ * engine's fits only).
+ */
 static const km_engine kmg_engine = {
 	KM_ENGINE_ABI,
 	"gpu",
-	kmg_fit_workspace,
+	NULL,
 	kmg_engine_fit,
 	kmg_engine_assign,
 	kmg_engine_map
@@ -449,6 +502,7 @@ static const km_engine kmg_engine = {
 
 /* ---- streaming datasets ---- */
 
+/* km_gpu_api.dataset_create: an empty dataset of d floats a row on the device. */
 static km_gpu_dataset *
 kmg_api_dataset_create(int d, int weighted, int64_t expected_rows, km_error *error)
 {
@@ -462,6 +516,7 @@ kmg_api_dataset_create(int d, int weighted, int64_t expected_rows, km_error *err
 	return kmg_ds_create(d, weighted, expected_rows, 0, error);
 }
 
+/* km_gpu_api.dataset_stage: pinned room for the next rows (dataset.cu). */
 static float *
 kmg_api_dataset_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_error *error)
 {
@@ -470,6 +525,7 @@ kmg_api_dataset_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_err
 	return kmg_ds_stage(ds, room, weights, error);
 }
 
+/* km_gpu_api.dataset_commit: send the rows written into the staged room. */
 static km_status
 kmg_api_dataset_commit(km_gpu_dataset *ds, int64_t rows, km_error *error)
 {
@@ -480,12 +536,17 @@ kmg_api_dataset_commit(km_gpu_dataset *ds, int64_t rows, km_error *error)
 	return kmg_ds_commit(ds, rows, error);
 }
 
+/* km_gpu_api.dataset_rows: rows committed so far (0 for NULL). */
 static int64_t
 kmg_api_dataset_rows(const km_gpu_dataset *ds)
 {
 	return ds != NULL ? kmg_ds_rows(ds) : 0;
 }
 
+/*
+ * km_gpu_api.dataset_fit: wait for the uploads, then fit on the dataset's
+ * rows where they are.
+ */
 static km_status
 kmg_api_dataset_fit(km_gpu_dataset *ds, const km_params *params, const km_hooks *hooks,
 					km_result *result, km_error *error)
@@ -503,6 +564,7 @@ kmg_api_dataset_fit(km_gpu_dataset *ds, const km_params *params, const km_hooks 
 	return kmg_fit_rows(&rows, params, hooks, result, error);
 }
 
+/* km_gpu_api.dataset_free: the dataset and its device and pinned memory. */
 static void
 kmg_api_dataset_free(km_gpu_dataset *ds)
 {
@@ -510,6 +572,11 @@ kmg_api_dataset_free(km_gpu_dataset *ds)
 		kmg_ds_free(ds);
 }
 
+/*
+ * km_gpu_api.release_all (end of a transaction or backend): free every
+ * dataset still alive; after a sticky error also reset the device, the
+ * only way to give back a broken context's memory.
+ */
 static void
 kmg_release_all(void)
 {
@@ -518,6 +585,7 @@ kmg_release_all(void)
 		(void) cudaDeviceReset();	/* the only way to give back a broken context's memory */
 }
 
+/* The table kmeans_gpu_cuda.so exports. */
 static const km_gpu_api kmg_api = {
 	KM_GPU_ABI,
 	kmg_device_count,
@@ -535,6 +603,7 @@ static const km_gpu_api kmg_api = {
 	kmg_release_all
 };
 
+/* The one symbol of kmeans_gpu_cuda.so the SQL layer looks up (dlsym). */
 extern "C" __attribute__((visibility("default"))) const km_gpu_api *
 km_gpu_get_api(void)
 {

@@ -9,12 +9,15 @@
 #define KMG_DRIVER_CUH
 
 #include "kmg_common.cuh"
+#include "assign/assign.cuh"
+#include "seed/seed.cuh"
 
 /* ---- api.cu: state, errors, host memory ---- */
 /* Every API entry: refuse after a sticky error, start CUDA lazily. */
 km_status	kmg_begin(km_error *err);
 const kmg_device *kmg_dev(void);
 cudaError_t kmg_device_limits(int ordinal, kmg_device *dev);
+double		kmg_now(void);			/* seconds, monotonic */
 
 /* Fill err from a failed CUDA call (sticky errors mark the device broken). */
 km_status	kmg_cuda_error(km_error *err, cudaError_t e, const char *what);
@@ -62,11 +65,60 @@ typedef struct kmg_rows
 } kmg_rows;
 void		kmg_ds_rows_view(km_gpu_dataset *ds, kmg_rows *rows);
 
-/* ---- fit.cu ---- */
+/* ---- workspace.cu: the memory of a call ---- */
+/* The shape of a call and the buffers it needs. */
+typedef struct kmg_shape
+{
+	int64_t		n;
+	int			d;
+	int			dp;
+	int			k;
+	int			kp;
+	int			cosine;
+	int			fit;			/* fit (else assign/map) */
+	int			copy_rows;		/* cosine into a separate copy */
+	int			hashes;			/* random or k-means++ seeding */
+	int			pp;				/* k-means++ */
+	int			L;				/* k-means++ candidates per step */
+	int			sums;			/* map: per-cluster sums */
+	int			max_iter;
+	kmg_assign_plan plan;		/* the assignment kernels (assign/dispatch.cu) */
+	int			centrable;		/* l2 on a fused pass that centres (narrow, wide) */
+	size_t		sort_bytes;
+	int			seed_blocks;
+	int			dq;				/* k-means++ int8 shadow row bytes; 0: none */
+} kmg_shape;
+
+typedef struct kmg_work
+{
+	kmg_args	a;
+	float	   *Xn;				/* cosine copy, or NULL */
+	int32_t    *iota;
+	double	   *keys_out;
+	int32_t    *rows_out;
+	void	   *sort_temp;
+	void	   *filter_work;
+	float	   *xscratch;		/* k floats */
+	float	   *mu;				/* dp floats: the centring, when centrable */
+	void	   *stats_work;
+	kmg_seed_bufs sb;
+	int			pp_shift;		/* scale of the k-means++ potentials (seed_pp.h) */
+} kmg_work;
+
+void		kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit,
+						   int copy_rows, const km_params *params, int sums, const kmg_device *dev);
+size_t		kmg_layout(const kmg_shape *sh, char *base, kmg_work *w);
+cudaError_t kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s);
+km_status	kmg_alloc_arena(void **arena, size_t bytes, const char *what, km_error *err);
 uint64_t	kmg_fit_bytes(int64_t n, int d, int k, km_metric metric, int copy_rows);
 uint64_t	kmg_assign_bytes(int64_t batch_rows, int d, int k);
+
+/* ---- fit.cu ---- */
 km_status	kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hooks,
 						 km_result *result, km_error *err);
+
+/* ---- labels.cu ---- */
+cudaError_t kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, cudaStream_t s);
 km_status	kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k,
 							km_metric metric, int32_t *labels, double *distances,
 							km_partial *partial, const km_hooks *hooks, km_error *err);
