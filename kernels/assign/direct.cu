@@ -1,5 +1,5 @@
 /*
- * assign_direct.cu
+ * direct.cu
  *	  The fused Lloyd pass for small k * d: one read of the rows does the
  *	  float32 filter, the exact settling of close calls, the label and moved
  *	  count, and the per-block M-step sums.

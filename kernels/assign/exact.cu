@@ -1,5 +1,5 @@
 /*
- * assign_exact.cu
+ * exact.cu
  *	  Labels from the GEMM filter's top-2 (large k): the slack test, the
  *	  exact settling of the rows it cannot decide, the moved count; and the
  *	  exact cost of every row to its label (final pass, assign, map).

@@ -1,5 +1,5 @@
 /*
- * assign_narrow.cu
+ * narrow.cu
  *	  The fused Lloyd pass for narrow rows (dp <= 32) and k <= 32: one read
  *	  of the rows does the float32 filter, the exact settling of close calls,
  *	  the label and moved count and the per-block M-step sums; the last block

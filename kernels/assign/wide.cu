@@ -1,5 +1,5 @@
 /*
- * assign_wide.cu
+ * wide.cu
  *	  The fused Lloyd pass for wide rows (128 < dp <= 1016) and k <= 16
  *	  (Fashion-MNIST: 70000 x 784, k = 10): one read of the rows does the
  *	  float32 filter, the label and moved count and the per-block M-step

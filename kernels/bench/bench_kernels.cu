@@ -6,11 +6,12 @@
  *	bin/bench_kernels [validate] [bench]
  *
  * Linked with the engine's objects (bin/engine_objs/), so it calls the
- * launchers of gpu_internal.cuh directly:
- *	- assign_direct.cu / assign_exact.cu: labels against ref_assign
+ * launchers of the family headers (assign/assign.cuh, prep/prep.cuh,
+ * update/update.cuh) directly:
+ *	- assign/direct.cu / assign/exact.cu: labels against ref_assign
  *	  (km_exact_nearest), on data with many near-ties (duplicated rows and
  *	  centroids, a large common offset), for both metrics;
- *	- update.cu: per-cluster sums against a C loop (relative 1e-12);
+ *	- update/sums.cu: per-cluster sums against a C loop (relative 1e-12);
  *	- the timing of prepare, filter, classify, exact, sort, segment,
  *	  finalize (large k) and of the fused pass, reduction and finalize
  *	  (small k), each the median of 20 launches, against the bytes each
@@ -84,8 +85,8 @@ dmalloc(size_t b)
 
 /*
  * x: n x d host rows (already normalised for cosine), C: k x d.  centre: l2
- * centring of the fused passes (mu = the column means, as gpu_fit.cu sets
- * it up), when the plan takes it.
+ * centring of the fused passes (mu = the column means, as kmg_rows_setup of
+ * driver/workspace.cu sets it up), when the plan takes it.
  */
 static void
 make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, int cosine,
@@ -207,7 +208,7 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	}
 	if (!cosine && a->mu == NULL && a->Cf != a->C)
 	{
-		/* not centred: l2 filters the centroids themselves (as gpu_fit.cu) */
+		/* not centred: l2 filters the centroids themselves (as kmg_rows_setup) */
 		CK(cudaFree(a->Cf));
 		a->Cf = a->C;
 	}
