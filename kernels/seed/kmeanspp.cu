@@ -239,7 +239,7 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	{
 		const double fk = km_sample_key(h, stream, (double) w);
 
-		if (KMG_BEFORE(fk, (int) r, t.fk, t.fr))
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
 		{
 			t.fk = fk;
 			t.fr = (int) r;
@@ -262,11 +262,11 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 		const double fk = km_sample_key(h, stream, (double) w);
 		const int	L = a.L;
 
-		if (isfinite(key) && (t.cnt < L || KMG_BEFORE(key, (int) r, lk[L - 1], lr[L - 1])))
+		if (isfinite(key) && (t.cnt < L || kmg_before(key, (int) r, lk[L - 1], lr[L - 1])))
 		{
 			int			p = t.cnt < L ? t.cnt++ : L - 1;
 
-			while (p > 0 && KMG_BEFORE(key, (int) r, lk[p - 1], lr[p - 1]))
+			while (p > 0 && kmg_before(key, (int) r, lk[p - 1], lr[p - 1]))
 			{
 				lk[p] = lk[p - 1];
 				lr[p] = lr[p - 1];
@@ -275,7 +275,7 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 			lk[p] = key;
 			lr[p] = (int) r;
 		}
-		if (KMG_BEFORE(fk, (int) r, t.fk, t.fr))
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
 		{
 			t.fk = fk;
 			t.fr = (int) r;
@@ -919,7 +919,7 @@ kmg_pp_first_row(int tid, const kmg_pp_args &a, int &s_row)
 			const double fk = __ldcg(&a.part[b].fkey);
 			const int	fr = __ldcg(&a.part[b].frow);
 
-			if (KMG_BEFORE(fk, fr, key, row))
+			if (kmg_before(fk, fr, key, row))
 			{
 				key = fk;
 				row = fr;
@@ -960,7 +960,7 @@ kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, un
 				const double kb = __ldcg(&a.part[b].key[h]);
 				const int	rb = __ldcg(&a.part[b].row[h]);
 
-				if (KMG_BEFORE(kb, rb, key, row))
+				if (kmg_before(kb, rb, key, row))
 				{
 					key = kb;
 					row = rb;
@@ -974,7 +974,7 @@ kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, un
 			const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
 			const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
 
-			if (KMG_BEFORE(ok, orow, key, row))
+			if (kmg_before(ok, orow, key, row))
 			{
 				key = ok;
 				row = orow;
@@ -994,7 +994,7 @@ kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, un
 			row = srow[0];
 			blk = wsum[0];
 			for (int w = 1; w < KMG_PP_NT / 32; w++)
-				if (KMG_BEFORE(skey[w], srow[w], key, row))
+				if (kmg_before(skey[w], srow[w], key, row))
 				{
 					key = skey[w];
 					row = srow[w];
@@ -1022,7 +1022,7 @@ kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, un
 			const double fk = __ldcg(&a.part[b].fkey);
 			const int	fr = __ldcg(&a.part[b].frow);
 
-			if (KMG_BEFORE(fk, fr, key, row))
+			if (kmg_before(fk, fr, key, row))
 			{
 				key = fk;
 				row = fr;
@@ -1087,11 +1087,11 @@ kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_stat
 				const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
 				const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
 
-				if (mc < L || KMG_BEFORE(key, row, mk[L - 1], mr[L - 1]))
+				if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
 				{
 					int			p = mc < L ? mc++ : L - 1;
 
-					while (p > 0 && KMG_BEFORE(key, row, mk[p - 1], mr[p - 1]))
+					while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
 					{
 						mk[p] = mk[p - 1];
 						mr[p] = mr[p - 1];
