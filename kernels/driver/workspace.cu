@@ -31,6 +31,7 @@ typedef struct kmg_carver
 	size_t		off;
 } kmg_carver;
 
+/* The next bytes of the allocation, 256-byte aligned (NULL when counting). */
 static void *
 kmg_carve(kmg_carver *c, size_t bytes)
 {
