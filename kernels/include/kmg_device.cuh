@@ -186,8 +186,9 @@ kmg_cp16_wait_n(int n)
  * was tuned with: its operands are often entries of the thread's candidate
  * list in local memory, which a function reads once where the macro names
  * them twice.  With the macro, kmg_pp_unit_kernel<24> grew by 6.5 KB of
- * code and <8> changed its spills (195d035's seed.cu, sm_90); with the
- * function, the unit keeps its spills and its code size within about 1 %.
+ * code and <8> changed its spills (sm_90, against the flat layout's
+ * seed.cu); with the function, the unit keeps its spills and its code size
+ * within about 1 %.
  */
 __device__ __forceinline__ bool
 kmg_before(double key, int row, double key2, int row2)
