@@ -10,7 +10,7 @@
  * state larger than kmeans_gpu.spill_threshold travels as a temporary file
  * (spill.c), since a bytea is capped at 1 GB.
  *
- * Seeding is independent of row order (src/engine/km_hash.h), so a parallel
+ * Seeding is independent of row order (include/km_hash.h), so a parallel
  * plan, which changes the order in which rows arrive, gives the same model
  * as a serial one for the same seed.
  */
@@ -28,6 +28,7 @@
 typedef struct KmAggState
 {
 	KmMatrix	matrix;			/* the rows */
+	KmGpuSink  *gpu;			/* rows streamed to the GPU too (or only), or NULL */
 	KmOptions	opts;			/* from the first row */
 	Jsonb	   *options;		/* as given, to compare later rows against */
 	int64		n_null;			/* rows skipped: NULL vector */
@@ -130,9 +131,9 @@ ConsiderGpu(FunctionCallInfo fcinfo, KmAggState *state)
 	if (aggref == NULL || DO_AGGSPLIT_SKIPFINAL(aggref->aggsplit) || choice == KM_ENGINE_CPU)
 		return;
 	/* the whole group is unknown yet: expect it to double */
-	KmMatrixStartGpu(&state->matrix, choice, state->opts.k, state->opts.metric,
-					 state->matrix.n * 2,
-					 choice != KM_ENGINE_GPU || !KmInitOnGpu(state->opts.init));
+	state->gpu = KmGpuSinkStart(&state->matrix, choice, state->opts.k, state->opts.metric,
+								state->matrix.n * 2,
+								choice != KM_ENGINE_GPU || !KmInitOnGpu(state->opts.init));
 }
 
 PG_FUNCTION_INFO_V1(kmeans_accum);
@@ -165,7 +166,10 @@ kmeans_accum(PG_FUNCTION_ARGS)
 		state->n_null++;
 	else
 	{
-		KmMatrixAppendVector(&state->matrix, PG_GETARG_ARRAYTYPE_P(1), 1.0f);
+		if (state->gpu != NULL)
+			KmGpuSinkAppendVector(state->gpu, PG_GETARG_ARRAYTYPE_P(1), 1.0f);
+		else
+			KmMatrixAppendVector(&state->matrix, PG_GETARG_ARRAYTYPE_P(1), 1.0f);
 		if (!state->gpu_considered && state->matrix.bytes >= KM_GPU_STREAM_BYTES)
 			ConsiderGpu(fcinfo, state);
 	}
@@ -375,8 +379,7 @@ kmeans_final(PG_FUNCTION_ARGS)
 
 	opts = state->opts;
 	KmOptionsFixSeed(&opts);
-	if (!KmRunFit(&state->matrix, &opts, false, &fit))
+	if (!KmRunFit(&state->matrix, state->gpu, &opts, false, &fit))
 		elog(ERROR, "kmeans lost its rows to a GPU failure; please report a bug");
-	return KmModelMake(fcinfo, &opts, &fit, state->matrix.dim, state->matrix.n,
-					   state->n_null);
+	return KmModelMake(fcinfo, &opts, &fit, state->matrix.dim, fit.n_rows, state->n_null);
 }

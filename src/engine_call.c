@@ -18,7 +18,6 @@
 #include "utils/timestamp.h"
 
 #include "kmeans_gpu.h"
-#include "kmeans_gpu_cuda.h"
 #include "km_kmpar.h"
 
 /* hooks->alloc: huge allocations allowed, NULL instead of an ERROR */
@@ -233,7 +232,7 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 /*
  * Whether the GPU engine seeds with init itself.  For the others (k-means||)
  * the CPU engine seeds on the host (KmFitHostSeeded), so the rows must stay
- * in host memory too (callers of KmMatrixStartGpu keep them).
+ * in host memory too (callers of KmGpuSinkStart keep them).
  */
 bool
 KmInitOnGpu(km_init init)
@@ -249,9 +248,8 @@ KmInitOnGpu(km_init init)
  * engine.
  */
 static km_status
-KmFitHostSeeded(const KmMatrix *m, const km_engine *engine, const km_data *data,
-				const km_params *params, const km_hooks *hooks, km_result *result,
-				km_error *err)
+KmFitHostSeeded(KmGpuSink *sink, const km_data *data, const km_params *params,
+				const km_hooks *hooks, km_result *result, km_error *err)
 {
 	km_params	one = *params;
 	km_result	rr;
@@ -272,8 +270,7 @@ KmFitHostSeeded(const KmMatrix *m, const km_engine *engine, const km_data *data,
 		km_status	status = km_cpu_engine.seed(data, params, run, hooks, start, err);
 
 		if (status == KM_OK)
-			status = engine != NULL ? engine->fit(data, &one, hooks, &rr, err) :
-				KmGpuSinkFit(m->gpu, &one, hooks, &rr, err);
+			status = KmGpuFit(sink, data, &one, hooks, &rr, err);
 		if (status != KM_OK)
 			return status;
 		if (run > 0 && !(rr.inertia < result->inertia))
@@ -293,14 +290,15 @@ KmFitHostSeeded(const KmMatrix *m, const km_engine *engine, const km_data *data,
 }
 
 /*
- * One fit, by engine on the host rows or, with engine NULL, by the GPU on the
- * rows streamed to it; tried again while the GPU lacks memory under 'gpu'
- * (another session's fit holds it).  The call is left for KmCallEnd.
+ * One fit: by the GPU (on the rows streamed to sink or, with sink NULL, on
+ * the host rows of data) or by the CPU on data; the GPU is tried again while
+ * it lacks memory under 'gpu' (another session's fit holds it).  The call is
+ * left for KmCallEnd.
  */
 static km_status
-KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *engine,
-		  const km_data *data, const km_params *params, km_result *result,
-		  km_error *err, KmEngineChoice choice, int n_init)
+KmFitOnce(KmCall *call, km_hooks *hooks, bool use_gpu, KmGpuSink *sink, const km_data *data,
+		  const km_params *params, km_result *result, km_error *err, KmEngineChoice choice,
+		  int n_init)
 {
 	TimestampTz since = 0;
 
@@ -310,35 +308,32 @@ KmFitOnce(KmCall *call, km_hooks *hooks, const KmMatrix *m, const km_engine *eng
 
 		KmCallBegin(call, hooks, n_init);
 		memset(err, 0, sizeof(*err));
-		if (engine != &km_cpu_engine && !KmInitOnGpu(params->init))
-			status = KmFitHostSeeded(m, engine, data, params, hooks, result, err);
-		else if (engine != NULL)
-			status = engine->fit(data, params, hooks, result, err);
+		if (use_gpu && !KmInitOnGpu(params->init))
+			status = KmFitHostSeeded(sink, data, params, hooks, result, err);
+		else if (use_gpu)
+			status = KmGpuFit(sink, data, params, hooks, result, err);
 		else
-			status = KmGpuSinkFit(m->gpu, params, hooks, result, err);
-		if (!(status == KM_ERR_DEVICE_NOMEM && choice == KM_ENGINE_GPU &&
-			  engine != &km_cpu_engine && KmGpuRetryAfterNomem(&since)))
+			status = km_cpu_engine.fit(data, params, hooks, result, err);
+		if (!(status == KM_ERR_DEVICE_NOMEM && choice == KM_ENGINE_GPU && use_gpu &&
+			  KmGpuRetryAfterNomem(&since)))
 			return status;
 		KmCallAbandon(call);
 	}
 }
 
-/*
- * kmeans_gpu.verbose: what is about to be fitted and by which engine (NULL:
- * the GPU, on the rows streamed to it during the scan).
- */
+/* kmeans_gpu.verbose: what is about to be fitted and by which engine. */
 static void
-ReportFit(const KmMatrix *m, const KmOptions *opts, const km_engine *engine)
+ReportFit(int64 n, int dim, const KmOptions *opts, bool use_gpu, bool streamed)
 {
 	const char *name;
 
 	if (!kmeans_verbose)
 		return;
-	if (engine == NULL)
+	if (streamed)
 		name = "gpu (rows streamed during the scan)";
-	else if (engine == &km_cpu_engine)
+	else if (!use_gpu)
 	{
-		int			threads = km_cpu_threads(m->n, m->dim, opts->k, KmCpuThreads());
+		int			threads = km_cpu_threads(n, dim, opts->k, KmCpuThreads());
 
 		name = psprintf("cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
 	}
@@ -346,24 +341,27 @@ ReportFit(const KmMatrix *m, const KmOptions *opts, const km_engine *engine)
 		name = "gpu";
 	ereport(INFO,
 			(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s",
-					m->n, m->dim, opts->k, KmMetricName(opts->metric),
+					n, dim, opts->k, KmMetricName(opts->metric),
 					KmInitName(opts->init), name)));
 }
 
 /*
- * Fit the rows of m as opts says; the arrays of out are allocated in the
- * current memory context.  The GPU runs the fit when the rows were streamed
- * to it, or when kmeans_gpu.engine (or the engine option) and the free GPU
- * memory say so; under 'auto' the CPU takes over whenever the GPU cannot.
- * Returns false when the GPU gave up on rows that went to it only: the
- * caller then reads them again and fits them on the CPU.
+ * Fit the rows of m, or those streamed to gpu (gpu.c; NULL: none), as opts
+ * says; the arrays of out are allocated in the current memory context.  The
+ * GPU runs the fit when the rows were streamed to it, or when
+ * kmeans_gpu.engine (or the engine option) and the free GPU memory say so;
+ * under 'auto' the CPU takes over whenever the GPU cannot.  Returns false
+ * when the GPU gave up on rows that went to it only: the caller then reads
+ * them again and fits them on the CPU.
  */
 bool
-KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput *out)
+KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts, bool want_labels,
+		 KmFitOutput *out)
 {
 	km_data		data = KmMatrixData(m);
 	KmEngineChoice choice = KmOptionsEngine(opts);
-	const km_engine *engine;
+	const int64 n = gpu != NULL ? KmGpuSinkRows(gpu) : m->n;
+	const bool	host_rows = gpu == NULL || KmGpuSinkHostRows(gpu);
 	km_params	params;
 	km_result	result;
 	km_hooks	hooks;
@@ -371,11 +369,11 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	KmCall		call;
 	km_status	status;
 	Size		kd;
-	bool		done = false;
-	bool		try_gpu = true;
+	bool		streamed;
+	bool		use_gpu;
 
 	Assert(opts->seed_given);
-	KmOptionsCheckData(opts, m->n, m->dim);
+	KmOptionsCheckData(opts, n, m->dim);
 
 	kd = mul_size((Size) opts->k, (Size) m->dim);
 	if (mul_size(kd, sizeof(float)) > MaxAllocSize - 1024)
@@ -384,13 +382,13 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
 	{
-		Size		need = KmFitMemory(m->n, m->dim, opts->k, m->bytes, want_labels);
+		Size		need = KmFitMemory(n, m->dim, opts->k, m->bytes, want_labels);
 
 		/* k-means|| and afk-mc2 take memory of their own while they seed */
 		if (opts->init == KM_INIT_KMEANS_PARALLEL)
-			need = add_size(need, km_cpu_kmpar_workspace(m->n, m->dim, opts->k, KmCpuThreads()));
+			need = add_size(need, km_cpu_kmpar_workspace(n, m->dim, opts->k, KmCpuThreads()));
 		if (opts->init == KM_INIT_AFKMC2)
-			need = add_size(need, km_afkmc2_bytes(m->n, opts->k, opts->chain_length,
+			need = add_size(need, km_afkmc2_bytes(n, opts->k, opts->chain_length,
 												  KmCpuThreads(), m->dim));
 		KmCheckMemory(need, "kmeans");
 	}
@@ -400,7 +398,7 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	out->sizes = palloc(sizeof(int64) * opts->k);
 	out->cluster_inertia = palloc(sizeof(double) * opts->k);
 	if (want_labels)
-		out->labels = palloc_extended(sizeof(int32) * (Size) m->n, MCXT_ALLOC_HUGE);
+		out->labels = palloc_extended(sizeof(int32) * (Size) n, MCXT_ALLOC_HUGE);
 
 	memset(&params, 0, sizeof(params));
 	params.k = opts->k;
@@ -419,38 +417,28 @@ KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels, KmFitOutput
 	result.cluster_inertia = out->cluster_inertia;
 	result.labels = out->labels;
 
-	/* rows already on the GPU */
-	if (m->gpu != NULL && KmGpuSinkFinish(m->gpu, m->gpu_raise))
+	/*
+	 * The GPU first: on the rows streamed to it, else on the host rows if it
+	 * should and can take them.  Should it fail under 'auto', the CPU runs
+	 * next, on the host rows.
+	 */
+	streamed = gpu != NULL && KmGpuSinkFinish(gpu);
+	use_gpu = streamed ||
+		(host_rows && KmGpuForFit(choice, n, m->dim, opts->k, opts->metric) != NULL);
+	for (;;)
 	{
-		ReportFit(m, opts, NULL);
-		status = KmFitOnce(&call, &hooks, m, NULL, &data, &params, &result, &err, choice,
-						   opts->n_init);
-		done = !KmCallEnd(&call, status, &err, choice != KM_ENGINE_GPU);
-		if (done)
-			out->engine = "gpu";
-		try_gpu = false;
-	}
-	if (!done && !m->host_rows)
-		return false;			/* the GPU gave up on rows it alone had */
-
-	/* rows in host memory: the GPU if it should and can, else the CPU */
-	while (!done)
-	{
-		const struct km_gpu_api *api;
-
-		Assert(m->host_rows);
-		api = try_gpu ? KmGpuForFit(choice, m->n, m->dim, opts->k, opts->metric) : NULL;
-		engine = api != NULL ? api->engine : &km_cpu_engine;
-		try_gpu = false;		/* if the GPU fails, the CPU runs next */
-		ReportFit(m, opts, engine);
-
-		status = KmFitOnce(&call, &hooks, m, engine, &data, &params, &result, &err, choice,
-						   opts->n_init);
-		done = !KmCallEnd(&call, status, &err,
-						  engine != &km_cpu_engine && choice != KM_ENGINE_GPU);
-		out->engine = engine->name;
+		if (!use_gpu && !host_rows)
+			return false;		/* the GPU gave up on rows it alone had */
+		ReportFit(n, m->dim, opts, use_gpu, streamed);
+		status = KmFitOnce(&call, &hooks, use_gpu, streamed ? gpu : NULL, &data, &params,
+						   &result, &err, choice, opts->n_init);
+		if (!KmCallEnd(&call, status, &err, use_gpu && choice != KM_ENGINE_GPU))
+			break;
+		use_gpu = streamed = false;
 	}
 
+	out->engine = use_gpu ? "gpu" : km_cpu_engine.name;
+	out->n_rows = n;
 	out->inertia = result.inertia;
 	out->iterations = result.iterations;
 	out->converged = result.converged != 0;

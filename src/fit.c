@@ -16,6 +16,7 @@
 typedef struct KmFitScan
 {
 	KmMatrix	matrix;
+	KmGpuSink  *gpu;			/* the rows go to the GPU instead, or NULL */
 	int64		n_skipped;		/* NULL vector or NULL weight */
 	bool		weighted;
 	double		weight_sum;
@@ -51,8 +52,9 @@ FirstRow(KmFitScan *scan, int dim)
 	{
 		TimestampTz start = GetCurrentTimestamp();
 
-		KmMatrixStartGpu(&scan->matrix, choice, scan->opts->k, scan->opts->metric, rows,
-						 !KmInitOnGpu(scan->opts->init));
+		/* rows the host must seed from stay on the host too */
+		scan->gpu = KmGpuSinkStart(&scan->matrix, choice, scan->opts->k, scan->opts->metric,
+								   rows, !KmInitOnGpu(scan->opts->init));
 		scan->gpu_setup_us = GetCurrentTimestamp() - start;
 	}
 }
@@ -86,12 +88,22 @@ FitRow(void *arg, Datum *values, bool *nulls)
 	}
 	if (!scan->first_row_seen)
 		FirstRow(scan, KmVectorDim(vec));
-	KmMatrixAppendVector(&scan->matrix, vec, (float) w);
+	if (scan->gpu != NULL)
+		KmGpuSinkAppendVector(scan->gpu, vec, (float) w);
+	else
+		KmMatrixAppendVector(&scan->matrix, vec, (float) w);
+}
+
+/* Rows read so far (not skipped). */
+static int64
+ScanRows(const KmFitScan *scan)
+{
+	return scan->gpu != NULL ? KmGpuSinkRows(scan->gpu) : scan->matrix.n;
 }
 
 /*
- * The scan: every row of the column into scan->matrix (in context, or
- * streamed to the GPU when it is to run the fit).
+ * The scan: every row of the column into scan->matrix (in context), or
+ * streamed to the GPU when it is to run the fit.
  */
 static void
 ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
@@ -109,16 +121,16 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 	{
 		char		gpu[96] = "";
 
-		if (scan->matrix.gpu != NULL)
+		if (scan->gpu != NULL && KmGpuSinkLive(scan->gpu))
 			snprintf(gpu, sizeof(gpu), ", streaming them to the GPU (of which %.3f s to set it up)",
 					 (double) scan->gpu_setup_us / 1e6);
 		ereport(INFO,
 				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
-						scan->matrix.n, scan->n_skipped,
+						ScanRows(scan), scan->n_skipped,
 						(double) (GetCurrentTimestamp() - start) / 1e6, gpu)));
 	}
 
-	if (scan->weighted && scan->matrix.n > 0 && !(scan->weight_sum > 0))
+	if (scan->weighted && ScanRows(scan) > 0 && !(scan->weight_sum > 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the weights of the rows sum to zero")));
@@ -196,7 +208,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	rows_context = AllocSetContextCreate(CurrentMemoryContext, "kmeans_fit rows",
 										 ALLOCSET_DEFAULT_SIZES);
 	ReadRows(&spec, &opts, &scan, rows_context);
-	if (!KmRunFit(&scan.matrix, &opts, false, &fit))
+	if (!KmRunFit(&scan.matrix, scan.gpu, &opts, false, &fit))
 	{
 		/*
 		 * The GPU gave up (under 'auto') on rows that went to it only: read
@@ -205,11 +217,10 @@ kmeans_fit(PG_FUNCTION_ARGS)
 		MemoryContextReset(rows_context);
 		opts.engine = KM_ENGINE_CPU;
 		ReadRows(&spec, &opts, &scan, rows_context);
-		if (!KmRunFit(&scan.matrix, &opts, false, &fit))
+		if (!KmRunFit(&scan.matrix, scan.gpu, &opts, false, &fit))
 			elog(ERROR, "the CPU engine did not run; please report a bug");
 	}
-	model = KmModelMake(fcinfo, &opts, &fit, scan.matrix.dim, scan.matrix.n,
-						scan.n_skipped);
+	model = KmModelMake(fcinfo, &opts, &fit, scan.matrix.dim, fit.n_rows, scan.n_skipped);
 	MemoryContextDelete(rows_context);
 	return model;
 }

@@ -15,6 +15,15 @@
  * Device memory is freed by the CUDA engine before each call returns; a
  * dataset being streamed is owned by a memory context callback, so it is
  * freed when its context goes away, on success, ERROR or cancel alike.
+ *
+ * Rows streamed during a scan go through a KmGpuSink: the caller starts it
+ * on its KmMatrix (KmGpuSinkStart) and from then on appends every vector to
+ * the sink instead of the matrix.  Either the host keeps every row too (the
+ * sink appends to the matrix and copies the row on), so that the CPU can
+ * take over should the GPU give up; or the rows go to the GPU only, and a
+ * GPU that gives up leaves the caller to read the rows again (KmRunFit says
+ * so).  Vectors are read and checked by vector_input.c, which knows nothing
+ * of the GPU.
  */
 #include "postgres.h"
 
@@ -36,7 +45,11 @@
 #define DLSUFFIX ".so"
 #endif
 
-/* Rows staged per commit are copied while the scan goes on. */
+/*
+ * Rows streamed to the GPU: staged rows are committed (copied on the
+ * dataset's stream) while the scan goes on.  ds is NULL once the GPU gave
+ * up (only under 'auto': under 'gpu' a failure is an ERROR).
+ */
 struct KmGpuSink
 {
 	const km_gpu_api *api;
@@ -46,6 +59,12 @@ struct KmGpuSink
 	int64		room;
 	int64		used;
 	bool		weighted;
+	bool		cosine;			/* reject zero vectors */
+	bool		raise;			/* a GPU failure is an ERROR (engine 'gpu') */
+	int			dim;
+	KmMatrix   *host;			/* keeps every row too, or NULL: the GPU only */
+	int64		n;				/* rows, when the GPU only has them */
+	float	   *scratch;		/* one row, once the GPU only gave up */
 	MemoryContextCallback cb;	/* frees ds with its memory context */
 };
 
@@ -63,6 +82,7 @@ GpuAtExit(int code, Datum arg)
 		gpu_api->release_all();
 }
 
+/* This backend cannot use a GPU for the rest of the session; why, in gpu_reason. */
 static void
 GpuUnusable(const char *fmt, const char *detail)
 {
@@ -172,6 +192,7 @@ GpuRefuse(const char *reason)
 			 errhint("Set kmeans_gpu.engine (or the option engine) to 'auto' or 'cpu'.")));
 }
 
+/* bytes as pg_size_pretty writes them. */
 static const char *
 Pretty(uint64 bytes)
 {
@@ -337,13 +358,13 @@ SinkFree(void *arg)
 }
 
 /*
- * Start streaming rows of dim values to the GPU, expecting about
- * expected_rows.  Returns NULL, having said nothing, when the dataset cannot
- * be created and raise is false.
+ * A sink for rows of dim values, expecting about expected_rows.  Returns
+ * NULL, having said nothing, when the dataset cannot be created and raise is
+ * false.
  */
-KmGpuSink *
-KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weighted,
-				int64 expected_rows, bool raise)
+static KmGpuSink *
+SinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weighted,
+		   int64 expected_rows, bool raise)
 {
 	KmGpuSink  *sink = MemoryContextAllocZero(context, sizeof(KmGpuSink));
 	km_error	err;
@@ -352,6 +373,8 @@ KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weig
 	memset(&err, 0, sizeof(err));
 	sink->api = api;
 	sink->weighted = weighted;
+	sink->raise = raise;
+	sink->dim = dim;
 	sink->cb.func = SinkFree;
 	sink->cb.arg = sink;
 	MemoryContextRegisterResetCallback(context, &sink->cb);
@@ -367,9 +390,9 @@ KmGpuSinkCreate(const km_gpu_api *api, MemoryContext context, int dim, bool weig
 	return NULL;
 }
 
-/* Hand the staged rows to the copy stream. */
+/* Hand the staged rows to the copy stream; false when the GPU gave up. */
 static bool
-SinkCommit(KmGpuSink *sink, bool raise)
+SinkCommit(KmGpuSink *sink)
 {
 	km_error	err;
 	km_status	st;
@@ -384,7 +407,7 @@ SinkCommit(KmGpuSink *sink, bool raise)
 	if (st != KM_OK)
 	{
 		SinkFree(sink);
-		KmGpuFailed(st, err.message, raise);
+		KmGpuFailed(st, err.message, sink->raise);
 		return false;
 	}
 	return true;
@@ -393,15 +416,15 @@ SinkCommit(KmGpuSink *sink, bool raise)
 /*
  * Where the next row goes in the staging buffer (full buffers are committed
  * first), so that the caller can read a vector straight into pinned memory;
- * KmGpuSinkTake then counts it.  NULL when the GPU gave up (only when raise
- * is false).
+ * SinkTake then counts it.  NULL when the GPU gave up (only when raise is
+ * false).
  */
-float *
-KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise)
+static float *
+SinkNext(KmGpuSink *sink)
 {
 	if (sink->ds == NULL)
 		return NULL;
-	if (sink->stage != NULL && sink->used == sink->room && !SinkCommit(sink, raise))
+	if (sink->stage != NULL && sink->used == sink->room && !SinkCommit(sink))
 		return NULL;
 	if (sink->stage == NULL)
 	{
@@ -412,17 +435,17 @@ KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise)
 		if (sink->stage == NULL)
 		{
 			SinkFree(sink);
-			KmGpuFailed(err.status, err.message, raise);
+			KmGpuFailed(err.status, err.message, sink->raise);
 			return NULL;
 		}
 		sink->used = 0;
 	}
-	return sink->stage + (Size) sink->used * dim;
+	return sink->stage + (Size) sink->used * sink->dim;
 }
 
-/* The row at KmGpuSinkNext is written: count it, with its weight. */
-void
-KmGpuSinkTake(KmGpuSink *sink, float weight)
+/* The row at SinkNext is written: count it, with its weight. */
+static void
+SinkTake(KmGpuSink *sink, float weight)
 {
 	if (sink->weighted)
 		sink->stage_w[sink->used] = weight;
@@ -433,33 +456,137 @@ KmGpuSinkTake(KmGpuSink *sink, float weight)
  * Copy one row (and its weight) into the staging buffer.  Returns false
  * when the GPU gave up (only when raise is false).
  */
-bool
-KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise)
+static bool
+SinkPush(KmGpuSink *sink, const float *row, float weight)
 {
-	float	   *slot = KmGpuSinkNext(sink, dim, raise);
+	float	   *slot = SinkNext(sink);
 
 	if (slot == NULL)
 		return false;
-	memcpy(slot, row, sizeof(float) * dim);
-	KmGpuSinkTake(sink, weight);
+	memcpy(slot, row, sizeof(float) * sink->dim);
+	SinkTake(sink, weight);
 	return true;
+}
+
+/*
+ * From now on, stream the rows of m to the GPU, starting with those already
+ * gathered; the caller then appends every vector with KmGpuSinkAppendVector
+ * and hands the sink to KmRunFit.  With keep_host the rows stay in m too,
+ * so that the CPU can take over if the GPU cannot finish; without it m's
+ * rows are freed and later rows go to the GPU only (under 'auto' the caller
+ * must then be able to read the rows again for the CPU: KmRunFit says
+ * when).  NULL when the GPU will not take the fit (under 'gpu' that is an
+ * ERROR, as is any later GPU failure).
+ */
+KmGpuSink *
+KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
+			   int64 expected_rows, bool keep_host)
+{
+	const km_gpu_api *api;
+	KmGpuSink  *sink;
+	const bool	raise = choice == KM_ENGINE_GPU;
+
+	Assert(m->dim > 0);
+	api = KmGpuForFit(choice, Max(expected_rows, m->n), m->dim, Min(k, Max(expected_rows, 1)),
+					  metric);
+	if (api == NULL)
+		return NULL;
+	sink = SinkCreate(api, m->context, m->dim, m->weighted, Max(expected_rows, m->n), raise);
+	if (sink == NULL)
+		return NULL;
+	sink->cosine = m->cosine;
+
+	for (int c = 0; c < m->nchunks; c++)
+		for (int64 i = 0; i < m->chunks[c].n; i++)
+			if (!SinkPush(sink, m->chunks[c].x + (Size) i * m->dim,
+						  m->chunks[c].w != NULL ? m->chunks[c].w[i] : 1.0f))
+				return NULL;
+
+	if (keep_host)
+		sink->host = m;
+	else
+	{
+		sink->n = m->n;
+		KmMatrixReleaseRows(m);
+		sink->scratch = MemoryContextAlloc(m->context, sizeof(float) * m->dim);
+	}
+	return sink;
+}
+
+/*
+ * Append a vector, with its weight, after checking it: into the host rows
+ * and copied on to the GPU, or straight into pinned memory when the GPU
+ * only has the rows (once it gave up: nowhere, counted still).
+ */
+void
+KmGpuSinkAppendVector(KmGpuSink *sink, ArrayType *vec, float weight)
+{
+	int			dim;
+	float	   *row;
+
+	if (sink->host != NULL)
+	{
+		if (sink->ds == NULL)
+			KmMatrixAppendVector(sink->host, vec, weight);
+		else
+		{
+			/* false: the GPU gave up; the rows are on the host for the CPU */
+			(void) SinkPush(sink, KmMatrixAppendVectorRow(sink->host, vec, weight), weight);
+		}
+		return;
+	}
+	dim = KmVectorDim(vec);
+	KmCheckDimension(sink->dim, dim);
+	row = SinkNext(sink);
+	sink->n++;
+	/* stream the row into pinned memory (SinkCommit fences), not into scratch */
+	KmVectorReadRow(vec, dim, row != NULL ? row : sink->scratch, row != NULL, sink->cosine);
+	if (row != NULL)
+		SinkTake(sink, weight);
+}
+
+/* The rows appended so far, those gathered before the start included. */
+int64
+KmGpuSinkRows(const KmGpuSink *sink)
+{
+	return sink->host != NULL ? sink->host->n : sink->n;
+}
+
+/* Whether the GPU still takes the rows (it did not give up). */
+bool
+KmGpuSinkLive(const KmGpuSink *sink)
+{
+	return sink->ds != NULL;
+}
+
+/* Whether the host keeps every row too (KmGpuSinkStart's keep_host). */
+bool
+KmGpuSinkHostRows(const KmGpuSink *sink)
+{
+	return sink->host != NULL;
 }
 
 /* Commit what is staged; false when the GPU gave up. */
 bool
-KmGpuSinkFinish(KmGpuSink *sink, bool raise)
+KmGpuSinkFinish(KmGpuSink *sink)
 {
 	if (sink->ds == NULL)
 		return false;
-	return SinkCommit(sink, raise);
+	return SinkCommit(sink);
 }
 
-/* Run a fit on the streamed rows. */
+/*
+ * A fit on the GPU: on the rows streamed to sink (finished), or, with sink
+ * NULL, on the host rows of data (KmGpuForFit said yes).
+ */
 km_status
-KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
-			 km_result *result, km_error *err)
+KmGpuFit(KmGpuSink *sink, const km_data *data, const km_params *params,
+		 const km_hooks *hooks, km_result *result, km_error *err)
 {
-	return sink->api->dataset_fit(sink->ds, params, hooks, result, err);
+	if (sink != NULL)
+		return sink->api->dataset_fit(sink->ds, params, hooks, result, err);
+	Assert(gpu_api != NULL);
+	return gpu_api->engine->fit(data, params, hooks, result, err);
 }
 
 /*

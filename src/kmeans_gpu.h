@@ -2,9 +2,10 @@
  * kmeans_gpu.h
  *	  What the SQL-layer files of kmeans_gpu share.
  *
- * The SQL layer turns rows into a km_data (vector_input.c), options into
- * km_params (options.c), runs an engine (engine_call.c) and turns the result
- * into a kmeans_model (model.c).  Each SQL concept has its file: aggregate.c,
+ * The SQL layer reads options (options.c) and rows (vector_input.c: host
+ * chunks that make a km_data; gpu.c: rows streamed to the GPU during a
+ * scan), turns the options into km_params and runs an engine on the rows
+ * (engine_call.c), and turns the result into a kmeans_model (model.c).  Each SQL concept has its file: aggregate.c,
  * fit.c, labels.c (kmeans_assign, kmeans_labels), window.c, guc.c; spill.c
  * moves large partial aggregate states between parallel workers.
  */
@@ -85,16 +86,11 @@ extern char *KmJsonString(const char *key, const JsonbValue *v);
 /* vector_input.c: checked vectors, and rows gathered into chunks */
 extern int	KmVectorDim(ArrayType *vec);
 extern void KmVectorRead(ArrayType *vec, int dim, float *out);
+extern void KmVectorReadRow(ArrayType *vec, int dim, float *out, bool stream, bool cosine);
 extern void KmStoreFence(void);
 extern void KmCheckDimension(int expected, int got);
 
-typedef struct KmGpuSink KmGpuSink;
-
-/*
- * Rows being gathered: in chunks of host memory, and/or streamed to the GPU
- * (gpu.c) while the scan goes on.  host_rows says whether the chunks hold
- * every row (always, unless the rows go to the GPU only).
- */
+/* Rows being gathered in chunks of host memory. */
 typedef struct KmMatrix
 {
 	MemoryContext context;		/* where chunks live */
@@ -108,21 +104,20 @@ typedef struct KmMatrix
 	bool		weighted;
 	bool		cosine;			/* reject zero vectors as they arrive */
 	Size		bytes;			/* allocated for rows and weights */
-	bool		host_rows;		/* the chunks hold every row */
-	KmGpuSink  *gpu;			/* rows streamed to the GPU, or NULL */
-	bool		gpu_raise;		/* a GPU failure is an ERROR (engine 'gpu') */
-	float	   *scratch;		/* one row, when rows go to the GPU only */
 } KmMatrix;
 
 extern void KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine);
 extern float *KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got);
 extern void KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n);
 extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight);
-extern void KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
-							 int64 expected_rows, bool keep_host);
+extern const float *KmMatrixAppendVectorRow(KmMatrix *m, ArrayType *vec, float weight);
+extern void KmMatrixReleaseRows(KmMatrix *m);
 extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
 extern km_data KmMatrixData(const KmMatrix *m);
 extern void KmCheckMemory(Size needed, const char *what);
+
+/* gpu.c: rows streamed to the GPU during a scan (see KmGpuSinkStart) */
+typedef struct KmGpuSink KmGpuSink;
 
 /* engine_call.c: run an engine from a backend */
 typedef struct KmFitOutput
@@ -131,6 +126,7 @@ typedef struct KmFitOutput
 	int64	   *sizes;
 	double	   *cluster_inertia;
 	int32	   *labels;			/* n, when asked for */
+	int64		n_rows;			/* n: the rows fitted */
 	double		inertia;
 	int			iterations;
 	bool		converged;
@@ -152,8 +148,8 @@ extern void KmCallBegin(KmCall *call, km_hooks *hooks, int n_init);
 extern void KmCallAbandon(KmCall *call);
 extern Size KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels);
 extern bool KmInitOnGpu(km_init init);
-extern bool KmRunFit(const KmMatrix *m, const KmOptions *opts, bool want_labels,
-					 KmFitOutput *out);
+extern bool KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts,
+					 bool want_labels, KmFitOutput *out);
 extern void KmRunAssign(const km_data *data, const float *centroids, int k,
 						km_metric metric, int32 *labels, double *distances);
 extern void KmRunMap(const km_data *data, const float *centroids, int k,
@@ -220,14 +216,15 @@ extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int 
 extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
 extern void KmGpuFailed(km_status status, const char *message, bool raise);
 extern bool KmGpuRetryAfterNomem(TimestampTz *since);
-extern KmGpuSink *KmGpuSinkCreate(const struct km_gpu_api *api, MemoryContext context, int dim,
-								  bool weighted, int64 expected_rows, bool raise);
-extern float *KmGpuSinkNext(KmGpuSink *sink, int dim, bool raise);
-extern void KmGpuSinkTake(KmGpuSink *sink, float weight);
-extern bool KmGpuSinkPush(KmGpuSink *sink, const float *row, int dim, float weight, bool raise);
-extern bool KmGpuSinkFinish(KmGpuSink *sink, bool raise);
-extern km_status KmGpuSinkFit(KmGpuSink *sink, const km_params *params, const km_hooks *hooks,
-							  km_result *result, km_error *err);
+extern KmGpuSink *KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
+								 int64 expected_rows, bool keep_host);
+extern void KmGpuSinkAppendVector(KmGpuSink *sink, ArrayType *vec, float weight);
+extern int64 KmGpuSinkRows(const KmGpuSink *sink);
+extern bool KmGpuSinkLive(const KmGpuSink *sink);
+extern bool KmGpuSinkHostRows(const KmGpuSink *sink);
+extern bool KmGpuSinkFinish(KmGpuSink *sink);
+extern km_status KmGpuFit(KmGpuSink *sink, const km_data *data, const km_params *params,
+						  const km_hooks *hooks, km_result *result, km_error *err);
 
 /* srf.c */
 struct ReturnSetInfo;

@@ -12,7 +12,9 @@
  *
  * Gathering rows is bound by memory traffic, not arithmetic: a table scan
  * hands over about half a kilobyte per row, and each row is written once and
- * read again only after the scan, by the engine or by the GPU's copy engine.
+ * read again only after the scan, by the engine or by the GPU's copy engine
+ * (gpu.c streams rows to the GPU through KmVectorReadRow and, where the host
+ * keeps them too, KmMatrixAppendVectorRow).
  * So rows are written with non-temporal stores (no read of the destination
  * before the write, no eviction of the scan's pages from the cache), and
  * large chunks ask the kernel for huge pages (one page fault per 2 MB rather
@@ -342,6 +344,24 @@ KmVectorRead(ArrayType *vec, int dim, float *out)
 }
 
 /*
+ * A row of a fit: vec (dim values, checked by the caller) into out, rejected
+ * when it is all zeros under cosine.  With stream, real[] values are written
+ * with non-temporal stores (nothing reads them before the scan ends, or
+ * before KmStoreFence).
+ */
+void
+KmVectorReadRow(ArrayType *vec, int dim, float *out, bool stream, bool cosine)
+{
+	VectorRead(vec, dim, out, stream);
+	if (cosine && VectorIsZero(vec, dim))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("zero vector cannot be clustered with metric cosine"),
+				 errdetail("A vector of zeros has no direction."),
+				 errhint("Filter such rows out, or use metric 'l2'.")));
+}
+
+/*
  * Fail before allocating when a call would need more than
  * kmeans_gpu.max_memory.
  */
@@ -362,6 +382,7 @@ KmCheckMemory(Size needed, const char *what)
 				 errhint("Raise kmeans_gpu.max_memory, or cluster a sample of the rows.")));
 }
 
+/* An empty matrix whose chunks will live in context. */
 void
 KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine)
 {
@@ -369,7 +390,6 @@ KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine)
 	m->context = context;
 	m->weighted = weighted;
 	m->cosine = cosine;
-	m->host_rows = true;
 }
 
 /*
@@ -408,6 +428,7 @@ AllocRows(MemoryContext context, Size bytes)
 	return mem;
 }
 
+/* Give back a chunk that AllocRows made. */
 static void
 FreeRows(const float *x)
 {
@@ -482,7 +503,6 @@ KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got)
 void
 KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n)
 {
-	Assert(m->gpu == NULL);
 	while (n > 0)
 	{
 		int64		got;
@@ -499,102 +519,58 @@ KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n
 }
 
 /*
- * Append a vector, with its weight when m is weighted, after checking it:
- * into the host chunks, and to the GPU when rows are streamed there.
+ * Append a vector, with its weight when m is weighted, after checking it,
+ * and return the row as stored.  stream: nothing reads the row before the
+ * scan ends (see StreamFloat4).
+ */
+static float *
+AppendVector(KmMatrix *m, ArrayType *vec, float weight, bool stream)
+{
+	int			dim = KmVectorDim(vec);
+	int64		got;
+	float	   *row;
+
+	row = KmMatrixReserve(m, dim, 1, &got);	/* checks the length */
+	if (m->weighted)
+		*m->weights_next = weight;
+	KmVectorReadRow(vec, dim, row, stream, m->cosine);
+	return row;
+}
+
+/*
+ * Append a vector, with its weight when m is weighted, after checking it.
+ * The row is streamed: nothing reads it before the scan ends.
  */
 void
 KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight)
 {
-	int			dim = KmVectorDim(vec);
-	float	   *row;
-
-	if (m->host_rows)
-	{
-		int64		got;
-
-		row = KmMatrixReserve(m, dim, 1, &got);	/* checks the length */
-		if (m->weighted)
-			*m->weights_next = weight;
-	}
-	else
-	{
-		KmCheckDimension(m->dim, dim);
-		/* straight into pinned memory; once the GPU gave up, nowhere */
-		row = m->gpu != NULL ? KmGpuSinkNext(m->gpu, dim, m->gpu_raise) : NULL;
-		if (row == NULL)
-		{
-			m->gpu = NULL;
-			row = m->scratch;
-		}
-		m->n++;
-	}
-	/*
-	 * Stream the row (StreamFloat4) when nothing reads it before the scan
-	 * ends: not when it is copied to the GPU right away, nor into scratch.
-	 */
-	VectorRead(vec, dim, row,
-			   row != m->scratch && !(m->host_rows && m->gpu != NULL));
-
-	if (m->cosine && VectorIsZero(vec, dim))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("zero vector cannot be clustered with metric cosine"),
-				 errdetail("A vector of zeros has no direction."),
-				 errhint("Filter such rows out, or use metric 'l2'.")));
-
-	if (m->gpu == NULL)
-		return;
-	if (!m->host_rows)
-		KmGpuSinkTake(m->gpu, weight);
-	else if (!KmGpuSinkPush(m->gpu, row, dim, weight, m->gpu_raise))
-		m->gpu = NULL;			/* the rows are on the host: the CPU takes over */
+	(void) AppendVector(m, vec, weight, true);
 }
 
 /*
- * From now on, stream the rows to the GPU, starting with those already
- * gathered.  With keep_host the rows stay in host memory too, so that the
- * CPU can take over if the GPU cannot finish; without it the host chunks
- * are freed and later rows go to the GPU only (under 'auto' the caller must
- * then be able to read the rows again for the CPU: KmRunFit says when).
- * Does nothing when the GPU will not take the fit (under 'gpu' that is an
- * ERROR, as is any later GPU failure).
+ * KmMatrixAppendVector for a caller that copies the row on at once (to the
+ * GPU): written with ordinary stores, so that the copy finds it in the cache.
+ */
+const float *
+KmMatrixAppendVectorRow(KmMatrix *m, ArrayType *vec, float weight)
+{
+	return AppendVector(m, vec, weight, false);
+}
+
+/*
+ * Free every row, keeping the length: the rows went elsewhere (to the GPU
+ * only, gpu.c).
  */
 void
-KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
-				 int64 expected_rows, bool keep_host)
+KmMatrixReleaseRows(KmMatrix *m)
 {
-	const struct km_gpu_api *api;
-	KmGpuSink  *sink;
-
-	Assert(m->dim > 0 && m->gpu == NULL && m->host_rows);
-	api = KmGpuForFit(choice, Max(expected_rows, m->n), m->dim, Min(k, Max(expected_rows, 1)),
-					  metric);
-	if (api == NULL)
-		return;
-	m->gpu_raise = choice == KM_ENGINE_GPU;
-	sink = KmGpuSinkCreate(api, m->context, m->dim, m->weighted,
-						   Max(expected_rows, m->n), m->gpu_raise);
-	if (sink == NULL)
-		return;
-
 	for (int c = 0; c < m->nchunks; c++)
-		for (int64 i = 0; i < m->chunks[c].n; i++)
-			if (!KmGpuSinkPush(sink, m->chunks[c].x + (Size) i * m->dim, m->dim,
-							   m->chunks[c].w != NULL ? m->chunks[c].w[i] : 1.0f,
-							   m->gpu_raise))
-				return;
-	m->gpu = sink;
-
-	if (!keep_host)
-	{
-		for (int c = 0; c < m->nchunks; c++)
-			FreeRows(m->chunks[c].x);
-		m->nchunks = 0;
-		m->bytes = 0;
-		m->last_capacity = 0;
-		m->host_rows = false;
-		m->scratch = MemoryContextAlloc(m->context, sizeof(float) * m->dim);
-	}
+		FreeRows(m->chunks[c].x);
+	m->nchunks = 0;
+	m->n = 0;
+	m->bytes = 0;
+	m->last_capacity = 0;
+	m->weights_next = NULL;
 }
 
 /*
@@ -604,7 +580,6 @@ KmMatrixStartGpu(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 void
 KmMatrixAdopt(KmMatrix *dst, KmMatrix *src)
 {
-	Assert(dst->gpu == NULL && src->gpu == NULL);
 	if (src->n == 0)
 		return;
 	if (dst->dim == 0)
@@ -636,6 +611,6 @@ KmMatrixData(const KmMatrix *m)
 	data.d = m->dim;
 	data.nchunks = m->nchunks;
 	data.chunks = m->chunks;
-	data.n = m->host_rows ? m->n : 0;
+	data.n = m->n;
 	return data;
 }

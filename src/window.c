@@ -119,7 +119,7 @@ FitPartition(WindowObject winobj, int nargs, KmWindowState *ws)
 	}
 	MemoryContextSwitchTo(work);
 
-	(void) KmRunFit(&m, &opts, true, &fit);	/* host rows: always runs */
+	(void) KmRunFit(&m, NULL, &opts, true, &fit);	/* host rows: always runs */
 	for (int64 pos = 0; pos < nrows; pos++)
 		if (ws->labels[pos] >= 0)
 			ws->labels[pos] = fit.labels[next++];

@@ -1,11 +1,11 @@
 /*
  * bench_assign_gemm.cu
- *	  Development harness of the fused GEMM + top-2 filter (assign_gemm.cu).
+ *	  Development harness of the fused GEMM + top-2 filter (assign/filter_gemm.cu).
  *
  * llm.c style: a float64 CPU reference, numbered versions (k1 naive, k2
- * shared memory, k3 the production launcher, k4..k7 other tile shapes of the
- * production template, k8..k16 a multistage family that lost), a launcher per
- * version, and a main that validates every version against the reference and
+ * shared memory, k3 and k3s the production launchers with their two tiles,
+ * k4..k7 other tile shapes of the production template, k8..k16 a
+ * multistage family that lost), a launcher per version, and a main that validates every version against the reference and
  * then times them against cuBLAS SGEMM in strict fp32 writing the n x k
  * product, printing ms, TFLOP/s against the FFMA peak and the ratio.
  *
@@ -24,7 +24,7 @@
  * lower-numbered twin, and on integer data (every value exact in float32)
  * best, fbest and fsecond must equal the reference exactly.
  */
-#include "../assign_gemm.cu"
+#include "../assign/filter_gemm.cu"
 #include "km_exact.h"
 
 #include <cublas_v2.h>
@@ -159,13 +159,6 @@ struct KmTile2
 	static_assert(STAGES >= 2, "a ring");
 };
 
-template <int N>
-__device__ __forceinline__ void
-km_cp_async_wait()
-{
-	asm volatile("cp.async.wait_group %0;\n"::"n"(N):"memory");
-}
-
 __device__ __forceinline__ float
 km_f4(const float4 &v, int c)
 {
@@ -225,15 +218,15 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 		{
 #pragma unroll
 			for (int u = 0; u < T::A_F4; u++)
-				km_cp_async16(As + slot * T::SM_A + adst[u], xsrc[u] + sj * KM_BK);
+				kmg_cp16(As + slot * T::SM_A + adst[u], xsrc[u] + sj * KM_BK);
 #pragma unroll
 			for (int u = 0; u < T::B_F4; u++)
-				km_cp_async16(Bs + slot * T::SM_B + (tid + u * NT) * 4,
+				kmg_cp16(Bs + slot * T::SM_B + (tid + u * NT) * 4,
 							  Bt + (size_t) j * (KM_BK * BN) + (tid + u * NT) * 4);
 			if (sj == 0 && tid < BN / 4)
-				km_cp_async16(Cs + slot * BN + tid * 4, Cn + (size_t) tj * BN + tid * 4);
+				kmg_cp16(Cs + slot * BN + tid * 4, Cn + (size_t) tj * BN + tid * 4);
 		}
-		km_cp_async_commit();
+		kmg_cp16_commit();
 	};
 
 	/* Running top-2 per row of the micro-tile, over this lane's columns. */
@@ -283,7 +276,7 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 	for (int it = 0; it < total; it++)
 	{
 		/* Slice it has landed for everyone; slot it - 1 is free again. */
-		km_cp_async_wait<ST - 2>();
+		kmg_cp16_wait<ST - 2>();
 		__syncthreads();
 		issue(it + ST - 1, si, ti, islot);
 		if (++si == S)
@@ -428,7 +421,7 @@ km_filter_kernel2(const float *__restrict__ X, int64_t n, int dp,
 			t++;
 		}
 	}
-	km_cp_async_wait<0>();		/* only empty groups are left */
+	kmg_cp16_wait<0>();		/* only empty groups are left */
 
 	if (T::REG)
 	{
@@ -634,8 +627,6 @@ struct Problem
 	int32_t    *best;
 	float	   *fbest,
 			   *fsecond;
-	int32_t    *second;			/* top-3 versions */
-	float	   *fthird;
 	cudaStream_t stream;
 };
 
@@ -647,7 +638,6 @@ struct Version
 	std::function<size_t(int, int)> work_bytes;
 	std::function<cudaError_t(const Problem &)> prepare;
 	std::function<cudaError_t(const Problem &)> run;
-	bool		top3 = false;	/* also writes second and fthird (km_filter_top3) */
 };
 
 template <class T>
@@ -658,17 +648,6 @@ tiled2(const char *name, const char *what)
 		[](int kp, int dp) { return km_filter_work_bytes_t<T::BN>(kp, dp); },
 		[](const Problem &p) { return km_filter_prepare_t<T::BN>(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
 		[](const Problem &p) { return km_filter_top2_v2<T>(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }};
-}
-
-template <class T>
-static Version
-tiled3(const char *name, const char *what)
-{
-	return Version{name, what, false,
-		[](int kp, int dp) { return km_filter_work_bytes_t<T::BN>(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare_t<T::BN>(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top3_t<T>(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.second, p.fsecond, p.fthird, p.stream); },
-		true};
 }
 
 template <class T>
@@ -700,22 +679,21 @@ all_versions()
 			filter_smem<<<(unsigned) ((p.n + 127) / 128), 128, 0, p.stream>>>(
 				p.X, p.n, p.dp, p.C, p.cn, p.k, p.best, p.fbest, p.fsecond);
 			return cudaGetLastError(); }});
-	v.push_back(Version{"k3", "PRODUCTION km_filter_top2 (k > 128: = k3 of run 2; k <= 128: = k7)", false,
+	/* the production launchers, each tile (assign/dispatch.cu: k <= 128 takes k3s) */
+	v.push_back(Version{"k3", "PRODUCTION km_filter_top2, KM_FILTER_TILE_256 (= k3 of run 2)", false,
 		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top2(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
-	v.push_back(Version{"k3t", "PRODUCTION km_filter_top3 (top-3 of k3/k7: + second index, third value)", false,
+		[](const Problem &p) { return km_filter_prepare(KM_FILTER_TILE_256, p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
+		[](const Problem &p) { return km_filter_top2(KM_FILTER_TILE_256, p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
+	v.push_back(Version{"k3s", "PRODUCTION km_filter_top2, KM_FILTER_TILE_128 (= k7)", false,
 		[](int kp, int dp) { return km_filter_work_bytes(kp, dp); },
-		[](const Problem &p) { return km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
-		[](const Problem &p) { return km_filter_top3(p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.second, p.fsecond, p.fthird, p.stream); },
-		true});
-	v.push_back(tiled3<KmTile<128, 256, 2, 4, 8, 8, 16, false, 1>>("k6t", "top-3, 128x256 256t 8x16 smem-state 1/SM"));
+		[](const Problem &p) { return km_filter_prepare(KM_FILTER_TILE_128, p.C, p.cn, p.k, p.kp, p.dp, p.work, p.stream); },
+		[](const Problem &p) { return km_filter_top2(KM_FILTER_TILE_128, p.X, p.n, p.dp, p.work, p.k, p.kp, p.best, p.fbest, p.fsecond, p.stream); }});
 	/*
-	 * The sweep.  KmTile (km_filter_kernel of assign_gemm.cu: X slice
+	 * The sweep.  KmTile (km_filter_kernel of assign/filter_gemm.cu: X slice
 	 * transposed by each thread, 2 stages): BM, BN, warps WM x WN, lanes
 	 * LR x 32/LR, micro-tile TM x TN, top-2 in registers, blocks per SM.
 	 * Run 1 had more shapes (NOTES.md); the production ones are KmProdLarge
-	 * (k3 for k > 128) and KmProdSmall (k7).
+	 * (k3) and KmProdSmall (k3s, k7).
 	 */
 	v.push_back(tiled<KmTile<128, 128, 2, 4, 8, 8, 8, false, 2>>("k4", "v1 128x128 256t l8x4 8x8 smem-state 2/SM"));
 	v.push_back(tiled<KmTile<128, 256, 4, 2, 4, 8, 16, true, 1>>("k5", "v1 128x256 256t l4x8 8x16 reg-state 1/SM"));
@@ -744,8 +722,6 @@ struct RowRef
 	double		m1,
 				m2;
 	float		xnorm;
-	double		m3;				/* third smallest, with multiplicity */
-	int			arg2;			/* lowest index != arg with value m2 */
 };
 
 static double
@@ -811,8 +787,6 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 	CK(cudaMalloc(&p.best, (size_t) n * sizeof(int32_t)));
 	CK(cudaMalloc(&p.fbest, (size_t) n * sizeof(float)));
 	CK(cudaMalloc(&p.fsecond, (size_t) n * sizeof(float)));
-	CK(cudaMalloc(&p.second, (size_t) n * sizeof(int32_t)));
-	CK(cudaMalloc(&p.fthird, (size_t) n * sizeof(float)));
 	CK(cudaMemsetAsync(p.C, 0, (size_t) p.kp * p.dp * sizeof(float), st));
 
 	/* centroids: the offset data's centroids carry the offset too */
@@ -882,7 +856,7 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 	ds.ref.resize(m);
 	parallel_for(m, [&](int s) {
 		const float *x = &ds.hxs[(size_t) s * p.dp];
-		RowRef		r = {0, INFINITY, INFINITY, 0.0f, INFINITY, -1};
+		RowRef		r = {0, INFINITY, INFINITY, 0.0f};
 		double		xx = 0.0;
 
 		for (int t = 0; t < p.dp; t++)
@@ -894,20 +868,12 @@ make_dataset(Dataset &ds, int64_t n, int d, int k, DataKind kind, size_t work_by
 
 			if (f < r.m1)
 			{
-				r.m3 = r.m2;
 				r.m2 = r.m1;
-				r.arg2 = r.arg;
 				r.m1 = f;
 				r.arg = j;
 			}
 			else if (f < r.m2)
-			{
-				r.m3 = r.m2;
 				r.m2 = f;
-				r.arg2 = j;
-			}
-			else if (f < r.m3)
-				r.m3 = f;
 		}
 		ds.ref[s] = r;
 	});
@@ -925,8 +891,6 @@ free_dataset(Dataset &ds)
 	CK(cudaFree(p.best));
 	CK(cudaFree(p.fbest));
 	CK(cudaFree(p.fsecond));
-	CK(cudaFree(p.second));
-	CK(cudaFree(p.fthird));
 }
 
 static bool
@@ -950,8 +914,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 	CK(cudaMemsetAsync(p.best, 0xff, n * sizeof(int32_t), p.stream));
 	CK(cudaMemsetAsync(p.fbest, 0xff, n * sizeof(float), p.stream));	/* NaN */
 	CK(cudaMemsetAsync(p.fsecond, 0xff, n * sizeof(float), p.stream));
-	CK(cudaMemsetAsync(p.second, 0xff, n * sizeof(int32_t), p.stream));
-	CK(cudaMemsetAsync(p.fthird, 0xff, n * sizeof(float), p.stream));
 	CK(cudaMemsetAsync(p.work, 0xff, v.work_bytes(p.kp, p.dp), p.stream));	/* stale work: NaN */
 
 	cudaError_t e = v.prepare(p);
@@ -976,15 +938,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 	CK(cudaMemcpy(best.data(), p.best, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(fb.data(), p.fbest, n * sizeof(float), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(fs.data(), p.fsecond, n * sizeof(float), cudaMemcpyDeviceToHost));
-
-	std::vector<int32_t> sec(n, 0);
-	std::vector<float> ft(n, 0.0f);
-
-	if (v.top3)
-	{
-		CK(cudaMemcpy(sec.data(), p.second, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(ft.data(), p.fthird, n * sizeof(float), cudaMemcpyDeviceToHost));
-	}
 
 	long		fails = 0;
 	auto		fail = [&](int64_t i, const char *why, double a, double b, double tol) {
@@ -1013,20 +966,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 				fail(i, "twin centroid beat its lower twin", best[i], 0, 0);
 			if (best[i] + 1 < p.k && !same_bits(fs[i], fb[i]))
 				fail(i, "fsecond != fbest with a twin", fs[i], fb[i], 0);
-			if (v.top3 && best[i] + 1 < p.k && sec[i] != best[i] + 1)
-				fail(i, "top3: second is not the twin", sec[i], best[i] + 1, 0);
-		}
-		if (v.top3)
-		{
-			if (sec[i] < 0 || sec[i] >= p.k || (p.k > 1 && sec[i] == best[i]))
-				fail(i, "top3: second out of range or == best", sec[i], best[i], 0);
-			else if (p.k <= 2 ? !(std::isinf(ft[i]) && ft[i] > 0) : !std::isfinite(ft[i]))
-				fail(i, "top3: fthird wrong kind", ft[i], 0, 0);
-			else if (!(ft[i] >= fs[i]))
-				fail(i, "top3: fthird < fsecond", ft[i], fs[i], 0);
-			if (ds.dupx > 1 && i % ds.dupx == ds.dupx - 1 &&
-				(sec[i] != sec[i - 1] || !same_bits(ft[i], ft[i - 1])))
-				fail(i, "top3: duplicated row differs", ft[i], ft[i - 1], 0);
 		}
 	}
 
@@ -1066,28 +1005,6 @@ check_version(Dataset &ds, const Version &v, double *worst_ratio)
 		}
 		if (r.m2 - r.m1 > 2 * slack && best[i] != r.arg)
 			fail(i, "wrong argmin with a clear gap", best[i], r.arg, 0);
-		if (v.top3 && p.k > 1 && sec[i] >= 0 && sec[i] < p.k)
-		{
-			const double f2ref = ref_f(x, &ds.hC[(size_t) sec[i] * p.dp], ds.hcn[sec[i]], p.dp);
-
-			if (!(fabs(fs[i] - f2ref) <= slack))
-				fail(i, "top3: |fsecond - F[second]| > slack", fs[i], f2ref, slack);
-			if (p.k > 2)
-			{
-				const double e3 = fabs(ft[i] - r.m3);
-
-				worst = std::max(worst, e3 / (2 * slack));
-				if (!(e3 <= 2 * slack))
-					fail(i, "top3: |fthird - third min| > 2 slack", ft[i], r.m3, 2 * slack);
-			}
-			if (ds.kind == D_INTS)
-			{
-				if (sec[i] != r.arg2)
-					fail(i, "ints: second != lowest second index", sec[i], r.arg2, 0);
-				if (p.k > 2 && (double) ft[i] != r.m3)
-					fail(i, "ints: fthird inexact", ft[i], r.m3, 0);
-			}
-		}
 		if (ds.kind == D_INTS)
 		{
 			/* every product and sum is an exact small integer in float32 */
@@ -1227,11 +1144,11 @@ main(int argc, char **argv)
 	{
 		int			bad = 0;
 
-		if (km_filter_top2(nullptr, 0, 8, nullptr, 1, 8, nullptr, nullptr, nullptr, st) != cudaSuccess)
+		if (km_filter_top2(KM_FILTER_TILE_256, nullptr, 0, 8, nullptr, 1, 8, nullptr, nullptr, nullptr, st) != cudaSuccess)
 			bad++;				/* n = 0: nothing to do */
-		if (km_filter_top2((float *) 16, 5, 12, (void *) 16, 1, 8, (int32_t *) 16, (float *) 16, (float *) 16, st) != cudaErrorInvalidValue)
+		if (km_filter_top2(KM_FILTER_TILE_256, (float *) 16, 5, 12, (void *) 16, 1, 8, (int32_t *) 16, (float *) 16, (float *) 16, st) != cudaErrorInvalidValue)
 			bad++;				/* dp not a multiple of 8 */
-		if (km_filter_prepare((float *) 16, (float *) 16, 9, 8, 8, (void *) 16, st) != cudaErrorInvalidValue)
+		if (km_filter_prepare(KM_FILTER_TILE_256, (float *) 16, (float *) 16, 9, 8, 8, (void *) 16, st) != cudaErrorInvalidValue)
 			bad++;				/* kp < k */
 		printf("launcher argument checks: %s\n", bad ? "FAIL" : "ok");
 		if (bad)
@@ -1404,7 +1321,7 @@ main(int argc, char **argv)
 			}
 			/* the per-iteration preparation of the production layout */
 			{
-				std::vector<std::function<void()>> pf = {[&]() { CK(km_filter_prepare(p.C, p.cn, p.k, p.kp, p.dp, p.work, st)); }};
+				std::vector<std::function<void()>> pf = {[&]() { CK(km_filter_prepare(KM_FILTER_TILE_256, p.C, p.cn, p.k, p.kp, p.dp, p.work, st)); }};
 				double		pm = time_interleaved(pf, reps, st)[0];
 
 				double		k3ms = 0.0;

@@ -6,11 +6,12 @@
  *	bin/bench_kernels [validate] [bench]
  *
  * Linked with the engine's objects (bin/engine_objs/), so it calls the
- * launchers of gpu_internal.cuh directly:
- *	- assign_direct.cu / assign_exact.cu: labels against ref_assign
+ * launchers of the family headers (assign/assign.cuh, prep/prep.cuh,
+ * update/update.cuh) directly:
+ *	- assign/direct.cu / assign/exact.cu: labels against ref_assign
  *	  (km_exact_nearest), on data with many near-ties (duplicated rows and
  *	  centroids, a large common offset), for both metrics;
- *	- update.cu: per-cluster sums against a C loop (relative 1e-12);
+ *	- update/sums.cu: per-cluster sums against a C loop (relative 1e-12);
  *	- the timing of prepare, filter, classify, exact, sort, segment,
  *	  finalize (large k) and of the fused pass, reduction and finalize
  *	  (small k), each the median of 20 launches, against the bytes each
@@ -25,7 +26,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "assign/assign.cuh"
+#include "driver/driver.cuh"
+#include "prep/prep.cuh"
+#include "update/update.cuh"
 #include "ref_kmeans.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
@@ -52,7 +57,9 @@ urand(uint64_t *s)
 typedef struct setup
 {
 	kmg_args	a;
-	kmg_direct_plan plan;
+	kmg_assign_plan plan;		/* the engine's plan for the shape (fused ones only) */
+	kmg_assign_plan fplan;		/* the filter path's plan for the shape */
+	kmg_device	dev;
 	int64_t		n;
 	int			d,
 				dp,
@@ -78,27 +85,27 @@ dmalloc(size_t b)
 
 /*
  * x: n x d host rows (already normalised for cosine), C: k x d.  centre: l2
- * centring of the fused passes (mu = the column means, as gpu_fit.cu sets
- * it up), when the plan takes it.
+ * centring of the fused passes (mu = the column means, as kmg_rows_setup of
+ * driver/workspace.cu sets it up), when the plan takes it.
  */
 static void
 make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, int cosine,
 		   int want_direct, int centre = 0)
 {
-	cudaDeviceProp prop;
 	const int	dp = KMG_ROUND_UP(d, KM_FILTER_DPAD);
 	const int	kp = km_filter_kpad(k);
 	kmg_args   *a = &s->a;
 	kmg_ctl		c;
 
-	CK(cudaGetDeviceProperties(&prop, 0));
 	memset(s, 0, sizeof(*s));
+	CK(kmg_device_limits(0, &s->dev));
+	s->fplan = kmg_assign_plan_path(KMG_PATH_FILTER, n, d, dp, k, KMG_MODE_ITER, &s->dev);
 	s->n = n;
 	s->d = d;
 	s->dp = dp;
 	s->k = k;
 	s->kp = kp;
-	s->sms = prop.multiProcessorCount;
+	s->sms = s->dev.sms;
 	s->X = (float *) dmalloc(sizeof(float) * n * dp);
 	CK(cudaMemcpy2D(s->X, dp * 4, x, d * 4, d * 4, n, cudaMemcpyHostToDevice));
 	a->X = s->X;
@@ -121,8 +128,6 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->best = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->fbest = (float *) dmalloc(sizeof(float) * n);
 	a->fsecond = (float *) dmalloc(sizeof(float) * n);
-	a->second = (int32_t *) dmalloc(sizeof(int32_t) * n);
-	a->fthird = (float *) dmalloc(sizeof(float) * n);
 	a->wrow = (int32_t *) dmalloc(sizeof(int32_t) * n);
 	a->wmask = (uint32_t *) dmalloc(sizeof(uint32_t) * n);
 	a->ishift = KM_FIX_UNSET;
@@ -139,7 +144,7 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	a->pdone = (int *) dmalloc(sizeof(int) * k);
 	a->ppart = (double *) dmalloc(sizeof(double) * a->maxpieces * KMG_CW(dp));
 	a->xcap = kmg_exact_cap(n);
-	a->fbn = km_filter_tile_cols(k);
+	a->fbn = km_filter_tile_cols(s->fplan.ftile);
 	a->xchunks = (k + a->fbn - 1) / a->fbn;
 	a->xcost = (double *) dmalloc(sizeof(double) * a->xcap * a->xchunks);
 	a->xidx = (int32_t *) dmalloc(sizeof(int32_t) * a->xcap * a->xchunks);
@@ -170,11 +175,10 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	CK(kmg_prep_rows(s->X, NULL, n, d, dp, 0, NULL, (float *) a->xnorm, NULL, 0));
 	if (want_direct)
 	{
-		s->plan = kmg_fused_make_plan(n, d, dp, k, KMG_MODE_ITER, s->sms,
-									  prop.sharedMemPerBlockOptin);
-		if (s->plan.ok)
+		s->plan = kmg_assign_make_plan(n, d, dp, k, KMG_MODE_ITER, &s->dev);
+		if (kmg_plan_fused(&s->plan))
 		{
-			CK(kmg_fused_prepare(&s->plan, s->sms));
+			CK(kmg_assign_prepare(&s->plan, &s->dev));
 			/* room for the run-2 kernel's grid too (bench compares the two) */
 			const int	nbmax = std::max(s->plan.nblocks, 4 * s->sms);
 
@@ -184,8 +188,8 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 			a->nblocks = s->plan.nblocks;
 		}
 	}
-	if (centre && !cosine && s->plan.ok &&
-		(s->plan.kind == KMG_PLAN_NARROW || s->plan.kind == KMG_PLAN_WIDE))
+	if (centre && !cosine &&
+		(s->plan.path == KMG_PATH_NARROW || s->plan.path == KMG_PATH_WIDE))
 	{
 		/* mu = the column means in double, rounded to float */
 		std::vector<float> mu(dp, 0.0f);
@@ -204,7 +208,7 @@ make_setup(setup *s, const float *x, int64_t n, int d, const float *C, int k, in
 	}
 	if (!cosine && a->mu == NULL && a->Cf != a->C)
 	{
-		/* not centred: l2 filters the centroids themselves (as gpu_fit.cu) */
+		/* not centred: l2 filters the centroids themselves (as kmg_rows_setup) */
 		CK(cudaFree(a->Cf));
 		a->Cf = a->C;
 	}
@@ -219,8 +223,8 @@ free_setup(setup *s)
 	void	   *ps[] = {s->X, (void *) a->xnorm, a->C, a->cn, a->cnf, a->cnorm, a->labels, a->best,
 		a->fbest, a->fsecond, a->cost, a->amb, a->skeys, a->svals, a->clus, a->reloc,
 		a->empties, a->ctl, a->stats, s->iota, s->work, s->temp, a->part, a->part_moved,
-		a->bounds, a->pclus, a->ptab, a->npieces, a->pdone, a->ppart, a->xcost, a->xidx, a->second,
-		a->fthird, a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
+		a->bounds, a->pclus, a->ptab, a->npieces, a->pdone, a->ppart, a->xcost, a->xidx,
+		a->wrow, a->wmask, a->wcount, (void *) a->mu, a->nfix};
 
 	if (a->Cf != a->C)
 		CK(cudaFree(a->Cf));
@@ -229,29 +233,14 @@ free_setup(setup *s)
 			CK(cudaFree(ps[i]));
 }
 
-/* Exact labels for the setup's centroids, by the direct or the filter path. */
+/* Exact labels for the setup's centroids, by its fused plan or the filter path. */
 static void
 gpu_labels(setup *s, int direct)
 {
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	if (direct)
-	{
-		kmg_direct_plan p = s->plan;
-
-		CK(kmg_fused_pass(&a, &p, KMG_MODE_LABELS, 0));
-	}
-	else
-	{
-		CK(cudaMemset(&a.ctl->namb, 0, sizeof(int)));
-		CK(cudaMemset(&a.ctl->npair, 0, sizeof(int)));
-		CK(km_filter_prepare(a.Cf, a.cn, a.k, a.kp, a.dp, s->work, 0));
-		CK(km_filter_top3(a.X, a.n, a.dp, s->work, a.k, a.kp, a.best, a.fbest, a.second,
-						  a.fsecond, a.fthird, 0));
-		CK(kmg_classify(&a, KMG_MODE_LABELS, 0));
-		CK(kmg_exact_refine(&a, KMG_MODE_LABELS, s->sms, 0));
-	}
+	CK(kmg_assign_pass(&a, direct ? &s->plan : &s->fplan, KMG_MODE_LABELS, s->work, 0));
 	CK(cudaDeviceSynchronize());
 }
 
@@ -308,7 +297,7 @@ validate_labels(void)
 					: x[(size_t) ((j * 131) % n) * d + i] + 0.01f * urand(&sd);
 		xf = ref_rows(x, n, d, cs[t].cosine);
 		make_setup(&s, xf, n, d, C, k, cs[t].cosine, cs[t].direct, cs[t].centre);
-		if (cs[t].direct && !s.plan.ok)
+		if (cs[t].direct && !kmg_plan_fused(&s.plan))
 		{
 			printf("FAIL labels case %zu: direct plan refused\n", t);
 			failures++;
@@ -318,7 +307,7 @@ validate_labels(void)
 		gpu_labels(&s, cs[t].direct);
 		CK(cudaMemcpy(gl, s.a.labels, sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
 		CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
-		if (cs[t].direct && s.plan.kind == KMG_PLAN_WIDE)
+		if (cs[t].direct && s.plan.path == KMG_PATH_WIDE)
 		{
 			std::vector<int> wc(s.plan.nblocks);
 
@@ -327,20 +316,13 @@ validate_labels(void)
 			for (int v : wc)
 				namb += v;
 		}
-		else if (!cs[t].direct)
-		{
-			int			npair = 0;
-
-			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
-			printf("     (filter: %d rows settled between the two best)\n", npair);
-		}
 		ref_assign(xf, n, d, C, k, cs[t].cosine, rl, NULL);
 		for (int64_t r = 0; r < n; r++)
 			diff += gl[r] != rl[r];
 		printf("%s labels %-6s n=%lld d=%d k=%d %s offset %g%s: %lld differ (ambiguous listed: %d)\n",
 			   diff == 0 ? "ok  " : "FAIL",
-			   !cs[t].direct ? "filter" : s.plan.kind == KMG_PLAN_NARROW ? "narrow" :
-			   s.plan.kind == KMG_PLAN_WIDE ? "wide" : "direct", (long long) n, d, k,
+			   !cs[t].direct ? "filter" : s.plan.path == KMG_PATH_NARROW ? "narrow" :
+			   s.plan.path == KMG_PATH_WIDE ? "wide" : "direct", (long long) n, d, k,
 			   cs[t].cosine ? "cos" : "l2", cs[t].offset, s.a.mu != NULL ? " centred" : "",
 			   (long long) diff, namb);
 		failures += diff != 0;
@@ -416,10 +398,9 @@ validate_sums(void)
 		}
 		if (direct)
 		{
-			kmg_direct_plan p = s.plan;
-
-			kind = p.kind == KMG_PLAN_NARROW ? "narrow" : p.kind == KMG_PLAN_WIDE ? "wide" : "direct";
-			CK(kmg_fused_pass(&s.a, &p, KMG_MODE_ITER, 0));
+			kind = s.plan.path == KMG_PATH_NARROW ? "narrow" :
+				s.plan.path == KMG_PATH_WIDE ? "wide" : "direct";
+			CK(kmg_assign_pass(&s.a, &s.plan, KMG_MODE_ITER, s.work, 0));
 		}
 		else
 		{
@@ -532,41 +513,30 @@ typedef cudaError_t (*step_fn) (setup *s);
 static cudaError_t
 st_prepare(setup *s)
 {
-	return km_filter_prepare(s->a.Cf, s->a.cn, s->k, s->kp, s->dp, s->work, 0);
+	return km_filter_prepare(s->fplan.ftile, s->a.Cf, s->a.cn, s->k, s->kp, s->dp, s->work, 0);
 }
 
 static cudaError_t
 st_top2(setup *s)
 {
-	return km_filter_top2(s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best, s->a.fbest,
+	return km_filter_top2(s->fplan.ftile, s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best,
+						  s->a.fbest,
 						  s->a.fsecond, 0);
 }
 
-static cudaError_t
-st_top3(setup *s)
-{
-	return km_filter_top3(s->a.X, s->n, s->dp, s->work, s->k, s->kp, s->a.best, s->a.fbest,
-						  s->a.second, s->a.fsecond, s->a.fthird, 0);
-}
-
-/* as the engine runs it: after km_filter_top2, no pair settling */
+/* as the engine runs it, after km_filter_top2 */
 static cudaError_t
 st_classify(setup *s)
 {
-	kmg_args	a = s->a;
 	cudaError_t e = cudaMemset(&s->a.ctl->namb, 0, sizeof(int));
 
-	a.second = NULL;
-	a.fthird = NULL;
-	if (e == cudaSuccess)
-		e = cudaMemset(&s->a.ctl->npair, 0, sizeof(int));
-	return e != cudaSuccess ? e : kmg_classify(&a, KMG_MODE_ITER, 0);
+	return e != cudaSuccess ? e : kmg_classify(&s->a, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
 st_exact(setup *s)
 {
-	return kmg_exact_refine(&s->a, KMG_MODE_ITER, s->sms, 0);
+	return kmg_exact_refine(&s->a, &s->fplan, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
@@ -591,21 +561,20 @@ st_finalize(setup *s)
 static cudaError_t
 st_direct(setup *s)
 {
-	kmg_direct_plan p = s->plan;
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	return kmg_fused_pass(&a, &p, KMG_MODE_ITER, 0);
+	return kmg_assign_pass(&a, &s->plan, KMG_MODE_ITER, s->work, 0);
 }
 
+/* the fused kernel alone (the run-2 comparison: the direct kernel's pass) */
 static cudaError_t
 st_direct_old(setup *s)
 {
-	kmg_direct_plan p = s->plan;
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	return kmg_direct_assign(&a, &p, KMG_MODE_ITER, 0);
+	return kmg_fused_launch(&a, &s->plan, KMG_MODE_ITER, 0);
 }
 
 static cudaError_t
@@ -614,18 +583,17 @@ st_reduce(setup *s)
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	return kmg_reduce_partials(&a, 0);
+	return kmg_reduce_finalize(&a, 0);
 }
 
 /* the labels-only pass (final pass, assign) */
 static cudaError_t
 st_fused_labels(setup *s)
 {
-	kmg_direct_plan p = s->plan;
 	kmg_args	a = s->a;
 
 	a.lloyd = 0;
-	return kmg_fused_pass(&a, &p, KMG_MODE_LABELS, 0);
+	return kmg_assign_pass(&a, &s->plan, KMG_MODE_LABELS, s->work, 0);
 }
 
 static double
@@ -721,30 +689,28 @@ bench(void)
 		make_setup(&s, x, n, d, C, k, 0, 1);
 		printf("(%lld,%d,%d): X = %.1f MB, one read at 4.3 TB/s = %.1f us\n", (long long) n, d, k,
 			   xbytes / 1e6, xbytes / 4.3e12 * 1e6);
-		if (s.plan.ok)
+		if (kmg_plan_fused(&s.plan))
 		{
-			const char *kind = s.plan.kind == KMG_PLAN_NARROW ? "narrow" :
-				s.plan.kind == KMG_PLAN_WIDE ? "wide" : "direct";
+			const char *kind = s.plan.path == KMG_PATH_NARROW ? "narrow" :
+				s.plan.path == KMG_PATH_WIDE ? "wide" : "direct";
 			double		a = time_step(&s, st_direct),
 						c = time_step(&s, st_finalize),
 						it = time_step(&s, st_fused_labels);
 
 			printf("  fused iteration (%s: pass, reduce, finalize) %.1f (%.2f TB/s)  labels-only pass %.1f  finalize alone %.1f  (plan: kb %d s %d smem %zu grid %d)\n",
 				   kind, a, xbytes / a / 1e6, it, c, s.plan.kb, s.plan.s, s.plan.smem, s.plan.nblocks);
-			if (s.plan.kind != KMG_PLAN_DIRECT)
+			if (s.plan.path != KMG_PATH_DIRECT)
 			{
 				/* the run-2 kernel on the same shape, for comparison */
-				kmg_direct_plan keep = s.plan;
-				cudaDeviceProp prop;
+				kmg_assign_plan keep = s.plan;
 
-				CK(cudaGetDeviceProperties(&prop, 0));
-				s.plan = kmg_direct_make_plan(n, d, KMG_ROUND_UP(d, 8), k, KMG_MODE_ITER, s.sms,
-											  prop.sharedMemPerBlockOptin);
-				if (s.plan.ok)
+				s.plan = kmg_assign_plan_path(KMG_PATH_DIRECT, n, d, KMG_ROUND_UP(d, 8), k,
+											  KMG_MODE_ITER, &s.dev);
+				if (s.plan.path == KMG_PATH_DIRECT)
 				{
-					CK(kmg_direct_prepare(&s.plan, s.sms));
+					CK(kmg_assign_prepare(&s.plan, &s.dev));
 					s.a.nblocks = s.plan.nblocks;
-					printf("  run-2 kmg_direct_kernel: pass %.1f  reduce %.1f\n",
+					printf("  run-2 kmg_direct_kernel: pass %.1f  reduce + finalize %.1f\n",
 						   time_step(&s, st_direct_old), time_step(&s, st_reduce));
 					s.a.nblocks = keep.nblocks;
 				}
@@ -754,25 +720,21 @@ bench(void)
 		/* the filter path on every shape (the small ones only for reference) */
 		{
 			double		tp = time_step(&s, st_prepare),
-						t3 = time_step(&s, st_top3),
-						tt = time_step(&s, st_top2),	/* last: classify reads its output */
+						tt = time_step(&s, st_top2),	/* before classify: it reads its output */
 						tc = time_step(&s, st_classify),
 						tx,
 						ts,
 						tg,
 						tf;
-			int			npair = 0;
 
 			CK(cudaMemcpy(&namb, &s.a.ctl->namb, sizeof(int), cudaMemcpyDeviceToHost));
-			CK(cudaMemcpy(&npair, &s.a.ctl->npair, sizeof(int), cudaMemcpyDeviceToHost));
 			tx = time_step(&s, st_exact);
 			ts = time_step(&s, st_sort);
 			tg = time_step(&s, st_segment);
 			tf = time_step(&s, st_finalize);
-			printf("  filter path: prepare %.1f  top2 %.1f  (top3 %.1f, +%.1f%%)  classify %.1f  exact %.1f (%d listed, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
-				   tp, tt, t3, 100.0 * (t3 / tt - 1.0), tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
+			printf("  filter path: prepare %.1f  top2 %.1f  classify %.1f  exact %.1f (%d listed, %.2f%%)  sort %.1f  segment %.1f  finalize %.1f  => non-GEMM %.1f (%.1f%% of top2)\n",
+				   tp, tt, tc, tx, namb, 100.0 * namb / n, ts, tg, tf,
 				   tp + tc + tx + ts + tg + tf, 100.0 * (tp + tc + tx + ts + tg + tf) / tt);
-			(void) npair;
 		}
 		fflush(stdout);
 		free_setup(&s);
@@ -804,7 +766,7 @@ profile(void)
 		for (int j = 0; j < k; j++)
 			memcpy(C + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
 		make_setup(&s, x, n, d, C, k, 0, 1);
-		if (s.plan.ok)
+		if (kmg_plan_fused(&s.plan))
 		{
 			CK(st_direct(&s));
 			CK(st_direct(&s));

@@ -1,6 +1,6 @@
 /*
  * ref_kmeans.c
- *	  Plain C reference of the engine semantics (src/engine/kmeans_engine.h,
+ *	  Plain C reference of the engine semantics (include/kmeans_engine.h,
  *	  the rules of src/engine/cpu_lloyd.c and cpu_seed.c), for the GPU
  *	  engine's harness (bench_engine.cu).
  *
@@ -23,7 +23,7 @@
 #include "km_exact.h"
 #include "km_hash.h"
 #include "ref_kmeans.h"
-#include "seed_pp.h"
+#include "seed/seed_pp.h"
 
 /* x . c in double, eight independent sums (vectorises without reassociation). */
 static double
@@ -182,7 +182,7 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 		return;
 	}
 
-	/* greedy k-means++ (the rules and arithmetic of seed.cu, seed_pp.h) */
+	/* greedy k-means++ (the rules and arithmetic of seed/kmeanspp.cu, seed_pp.h) */
 	{
 		int			L = 2 + (int) log((double) k);
 		float	   *D2 = malloc(sizeof(float) * n);

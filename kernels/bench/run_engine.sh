@@ -13,7 +13,7 @@
 #   kernels/bench/run_engine.sh [quick|full] [gemm]
 #     quick: no compute-sanitizer, no ncu (default)
 #     full:  with them, time permitting
-#     gemm:  also bench_assign_gemm (validation of k3/k3t/k6t, their timing)
+#     gemm:  also bench_assign_gemm (validation of the production filter, k3 and k3s, and its timing)
 #   SKIP="name ..." leaves steps out: kval seed seedbench bench cases api
 #   kbench gemm sanitizer ncu ncuseed; SAN_CASES / RACE_CASES: the cases
 #   memcheck / racecheck run (default "2 6 9 12 14 17 24" / "17")
@@ -103,9 +103,9 @@ if want kbench 30; then
 	grep -E 'fused iteration|run-2|filter path|^\(' "$L/kernels_bench.log" >> "$L/steps.txt"
 fi
 
-# 7. the filter GEMM's own harness: top-2 (k3) against top-3 (k3t, k6t)
+# 7. the filter GEMM's own harness: the production launchers (k3, k3s) against cuBLAS
 if [ "$GEMM" = "gemm" ] && want gemm 40; then
-	timeout $(cap 60) $B/bench_assign_gemm --versions k3,k3t,k6t --max-shapes 3 --reps 10 \
+	timeout $(cap 60) $B/bench_assign_gemm --versions k3,k3s --max-shapes 3 --reps 10 \
 		> "$L/gemm.log" 2>&1
 	echo "bench_assign_gemm rc=$?: $(grep -E '^validation:' "$L/gemm.log" | tail -1) [$SECONDS s]" >> "$S"
 	grep -E 'FAIL' "$L/gemm.log" | head -10 >> "$S"

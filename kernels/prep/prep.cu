@@ -14,7 +14,9 @@
  * chain) and the normalisation (one double norm, then d divisions) simple,
  * and the rows a warp reads sit next to each other, so L1 serves most loads.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "prep/prep.cuh"
 
 #include <string.h>
 
@@ -291,9 +293,8 @@ kmg_stats_bytes(int64_t n, int dp)
  * host; synchronises the stream.  colsum: dp doubles (host), or NULL.
  */
 cudaError_t
-kmg_row_stats_run(const float *X, const float *W, int64_t n, int d, int dp, int cosine,
-				  int colsums, void *work, double *colsum, kmg_row_stats *stats,
-				  cudaStream_t stream)
+kmg_row_stats_run(const float *X, const float *W, int64_t n, int d, int dp, int colsums,
+				  void *work, double *colsum, kmg_row_stats *stats, cudaStream_t stream)
 {
 	double	   *sqpart = (double *) work;
 	unsigned int *maxbits = (unsigned int *) (sqpart + KMG_STATS_BLOCKS);
@@ -304,7 +305,6 @@ kmg_row_stats_run(const float *X, const float *W, int64_t n, int d, int dp, int 
 	int64_t		blocks = (n + 255) / 256;
 	cudaError_t e;
 
-	(void) cosine;
 	if (blocks > KMG_STATS_BLOCKS)
 		blocks = KMG_STATS_BLOCKS;
 	if (blocks < 1)

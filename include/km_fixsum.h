@@ -21,13 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef KM_HD
-#ifdef __CUDACC__
-#define KM_HD static __host__ __device__ __forceinline__
-#else
-#define KM_HD static inline
-#endif
-#endif
+#include "km_hd.h"
 
 /* A 128-bit unsigned integer as two words. */
 typedef struct km_fix

@@ -1,5 +1,5 @@
 /*
- * gpu_dataset.cu
+ * dataset.cu
  *	  Rows streamed to the device while the caller is still producing them.
  *
  * The caller asks for a pinned staging buffer (dataset_stage), writes rows
@@ -16,7 +16,9 @@
  * engine->fit, assign and map use the same code for rows in host memory
  * (kmg_ds_load), so there is one upload path.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "driver/driver.cuh"
+#include "prep/prep.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #define KMG_NSTAGE 3
 #define KMG_STAGE_BYTES ((size_t) 32 << 20)
 
+/* Rows on the device, and the staging buffers that bring them there. */
 struct km_gpu_dataset
 {
 	int			d;
@@ -49,7 +52,8 @@ struct km_gpu_dataset
 /* Live datasets, for release_all. */
 static km_gpu_dataset *kmg_live = NULL;
 
-void
+/* Put a new dataset on the live list. */
+static void
 kmg_ds_link(km_gpu_dataset *ds)
 {
 	ds->prev_ds = NULL;
@@ -59,6 +63,7 @@ kmg_ds_link(km_gpu_dataset *ds)
 	kmg_live = ds;
 }
 
+/* Take a dataset off the live list. */
 static void
 kmg_ds_unlink(km_gpu_dataset *ds)
 {
@@ -71,6 +76,10 @@ kmg_ds_unlink(km_gpu_dataset *ds)
 	ds->prev_ds = ds->next_ds = NULL;
 }
 
+/*
+ * Rows of one staging buffer: what fits KMG_STAGE_BYTES with its weight,
+ * but no more than the expected rows (at least 4096).
+ */
 static int64_t
 kmg_stage_rows_for(int d, int64_t expected)
 {
@@ -98,6 +107,10 @@ kmg_ds_bytes(int64_t rows, int d, int weighted)
 	return b;
 }
 
+/*
+ * Free a dataset (NULL is ignored): wait for its copies, then give back its
+ * device, pinned and host memory and take it off the live list.
+ */
 void
 kmg_ds_free(km_gpu_dataset *ds)
 {
@@ -124,6 +137,7 @@ kmg_ds_free(km_gpu_dataset *ds)
 	free(ds);
 }
 
+/* Free every live dataset (release_all). */
 void
 kmg_ds_free_all(void)
 {
@@ -151,6 +165,14 @@ kmg_ds_malloc(void **p, size_t bytes, const char *what, km_error *err)
 	return KM_OK;
 }
 
+/*
+ * A new empty dataset of d floats a row: device rows for the expected count
+ * (plus an eighth and 1024 unless internal, whose count is exact), KMG_NSTAGE
+ * pinned staging buffers, device staging buffers when d is not a multiple
+ * of KM_FILTER_DPAD, and a copy stream.  Refuses at once when the device
+ * lacks the memory.  internal: made by engine->fit/assign/map, whose rows
+ * the fit may normalise in place.  NULL with err filled on failure.
+ */
 km_gpu_dataset *
 kmg_ds_create(int d, int weighted, int64_t expected_rows, int internal, km_error *err)
 {
@@ -223,6 +245,11 @@ done:
 	return ds;
 }
 
+/*
+ * The next pinned staging buffer for the caller to fill: *room rows of d
+ * floats, then (weighted) *weights, room floats.  Waits only while its last
+ * copy is still in flight.  Every stage must be committed before the next.
+ */
 float *
 kmg_ds_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_error *err)
 {
@@ -292,6 +319,11 @@ done:
 	return st;
 }
 
+/*
+ * Send the first rows of the staged buffer to the end of the device rows
+ * (growing them when needed): queued on the copy stream, through the expand
+ * kernel when d != dp, and returns at once.
+ */
 km_status
 kmg_ds_commit(km_gpu_dataset *ds, int64_t rows, km_error *err)
 {
@@ -335,6 +367,7 @@ done:
 	return st;
 }
 
+/* Wait until every committed row is on the device. */
 km_status
 kmg_ds_sync(km_gpu_dataset *ds, km_error *err)
 {
@@ -400,18 +433,21 @@ kmg_ds_load(km_gpu_dataset *ds, const km_data *data, int64_t row0, int64_t rows,
 	return KM_OK;
 }
 
+/* Forget the rows (assign and map reuse one dataset for every batch). */
 void
 kmg_ds_reset(km_gpu_dataset *ds)
 {
 	ds->n = 0;
 }
 
+/* Rows committed so far. */
 int64_t
 kmg_ds_rows(const km_gpu_dataset *ds)
 {
 	return ds->n;
 }
 
+/* The dataset's rows as the drivers see them (after kmg_ds_sync). */
 void
 kmg_ds_rows_view(km_gpu_dataset *ds, kmg_rows *rows)
 {

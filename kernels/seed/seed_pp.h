@@ -1,6 +1,6 @@
 /*
  * seed_pp.h
- *	  The arithmetic of k-means++ seeding that the CUDA engine (seed.cu) and
+ *	  The arithmetic of k-means++ seeding that the CUDA engine (kmeanspp.cu) and
  *	  its plain C reference (kernels/bench/ref_kmeans.c) share, so that the
  *	  reference reproduces the device's seeds bit for bit.  Plain C.
  *
@@ -22,13 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef KM_HD
-#ifdef __CUDACC__
-#define KM_HD static __host__ __device__ __forceinline__
-#else
-#define KM_HD static inline
-#endif
-#endif
+#include "km_hd.h"
 
 /* One step of chain acc: acc += (x - c)^2, the difference rounded first. */
 KM_HD float
@@ -107,7 +101,7 @@ kmg_pp_value(uint64_t sum, int shift)
 
 /*
  * |x|^2 as the CPU engine's km_cpu_sqnorm computes it (eight float lanes,
- * their fixed tree, then the tail; no FMA); prep.cu's statistics use the
+ * their fixed tree, then the tail; no FMA); prep/prep.cu's statistics use the
  * same order, so xmax2 is the same on both sides.
  */
 KM_HD float

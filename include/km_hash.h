@@ -19,13 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef KM_HD
-#ifdef __CUDACC__
-#define KM_HD static __host__ __device__ __forceinline__
-#else
-#define KM_HD static inline
-#endif
-#endif
+#include "km_hd.h"
 
 /* splitmix64's finaliser: a bijective 64-bit mixer. */
 KM_HD uint64_t

@@ -1,5 +1,5 @@
 /*
- * assign_exact.cu
+ * exact.cu
  *	  Labels from the GEMM filter's top-2 (large k): the slack test, the
  *	  exact settling of the rows it cannot decide, the moved count; and the
  *	  exact cost of every row to its label (final pass, assign, map).
@@ -18,21 +18,19 @@
  * of the GEMM's best, i.e. for the two or three centroids that can still
  * win.  That is exact: a centroid farther than the slack cannot be the exact
  * winner (the argument of km_filter_slack), so the minimum over the
- * candidates, ties to the lowest index, is km_exact_nearest's answer.  With
- * km_filter_top3's outputs (a->fthird set; the engine does not, see
- * NOTES.md), kmg_classify settles a row whose third value is beyond the
- * slack between its two best, in the thread.
+ * candidates, ties to the lowest index, is km_exact_nearest's answer.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "assign/assign.cuh"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 /*
- * Per row: the filter's winner when the gap beats the slack; else, when the
- * third value is beyond the slack, the exact winner of the two best (two
- * chains in this thread); else the row goes on the ambiguous list.
+ * Per row: the filter's winner when the gap beats the slack, else the row
+ * goes on the ambiguous list.
  */
 __global__ void
 kmg_classify_kernel(kmg_args a, int mode)
@@ -40,8 +38,7 @@ kmg_classify_kernel(kmg_args a, int mode)
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const int64_t start = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
 	const int	iter = mode == KMG_MODE_ITER;
-	int			moved = 0,
-				npair = 0;
+	int			moved = 0;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -62,35 +59,7 @@ kmg_classify_kernel(kmg_args a, int mode)
 
 			amb = all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack) ||
 				!(f2 - f1 > slack);
-			if (amb && a.fthird != NULL &&
-				!(all_exact || (a.cosine && xn == 0.0f) || !isfinite(f1 + slack)) &&
-				a.fthird[i] - f1 > slack)
-			{
-				/* only best and second are within the slack: exact between them */
-				const int	b1 = a.best[i],
-							b2 = a.second[i];
-				double		e1,
-							e2;
-				int			b;
-
-				kmg_exact_cost4_pair(a.X + (size_t) i * a.dp, a.C + (size_t) b1 * a.dp,
-									 a.C + (size_t) b2 * a.dp, a.cosine ? a.cnorm[b1] : 0.0,
-									 a.cosine ? a.cnorm[b2] : 0.0, a.dp, a.cosine, &e1, &e2);
-				b = (e2 < e1 || (e2 == e1 && b2 < b1)) ? b2 : b1;
-				npair++;
-				amb = 0;
-				if (iter)
-				{
-					if (a.labels[i] != b)
-					{
-						moved++;
-						a.labels[i] = b;
-					}
-				}
-				else
-					a.labels[i] = b;
-			}
-			else if (!amb)
+			if (!amb)
 			{
 				const int	b = a.best[i];
 
@@ -125,7 +94,6 @@ kmg_classify_kernel(kmg_args a, int mode)
 	}
 	if (iter)
 		kmg_block_add_int(moved, &a.ctl->moved);
-	kmg_block_add_int(npair, &a.ctl->npair);
 }
 
 cudaError_t
@@ -256,17 +224,7 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 			double		c = bc[r];
 			int			j = bj[r];
 
-			for (int o = 16; o > 0; o >>= 1)
-			{
-				double		oc = __shfl_xor_sync(0xffffffffu, c, o);
-				int			oj = __shfl_xor_sync(0xffffffffu, j, o);
-
-				if (oc < c || (oc == c && oj < j))
-				{
-					c = oc;
-					j = oj;
-				}
-			}
+			kmg_warp_argmin(c, j);
 			if ((tid & 31) == 0)
 			{
 				scost[tid >> 5][r] = c;
@@ -276,16 +234,13 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 		__syncthreads();
 		if (tid < nr)
 		{
-			double		c = scost[0][tid];
-			int			j = sidx[0][tid];
+			double		c;
+			int			j;
+
+			kmg_argmin_strided(&scost[0][tid], &sidx[0][tid], (int) (blockDim.x >> 5), R, c, j);
+
 			const int	i = srow[tid];
 
-			for (int wv = 1; wv < (int) (blockDim.x >> 5); wv++)
-				if (scost[wv][tid] < c || (scost[wv][tid] == c && sidx[wv][tid] < j))
-				{
-					c = scost[wv][tid];
-					j = sidx[wv][tid];
-				}
 			if (j == INT_MAX)
 				j = 0;			/* cannot happen: the filter's best is a candidate */
 			if (mode == KMG_MODE_ITER)
@@ -454,17 +409,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 			double		cst = bc[r];
 			int			jj = bj[r];
 
-			for (int o = 16; o > 0; o >>= 1)
-			{
-				double		oc = __shfl_xor_sync(0xffffffffu, cst, o);
-				int			oj = __shfl_xor_sync(0xffffffffu, jj, o);
-
-				if (oc < cst || (oc == cst && oj < jj))
-				{
-					cst = oc;
-					jj = oj;
-				}
-			}
+			kmg_warp_argmin(cst, jj);
 			if ((tid & 31) == 0)
 			{
 				scost[tid >> 5][r] = cst;
@@ -474,15 +419,10 @@ kmg_exact_chunk_kernel(kmg_args a)
 		__syncthreads();
 		if (tid < nr)
 		{
-			double		cst = scost[0][tid];
-			int			jj = sidx[0][tid];
+			double		cst;
+			int			jj;
 
-			for (int wv = 1; wv < KMG_XCHUNK / 32; wv++)
-				if (scost[wv][tid] < cst || (scost[wv][tid] == cst && sidx[wv][tid] < jj))
-				{
-					cst = scost[wv][tid];
-					jj = sidx[wv][tid];
-				}
+			kmg_argmin_strided(&scost[0][tid], &sidx[0][tid], KMG_XCHUNK / 32, R, cst, jj);
 			a.xcost[(size_t) (base + tid) * a.xchunks + c] = cst;
 			a.xidx[(size_t) (base + tid) * a.xchunks + c] = jj;
 		}
@@ -511,8 +451,6 @@ kmg_chain_seg(double s, const float4 *x4, const float4 *c4, int nq, int cosine)
 	return s;
 }
 
-#define KMG_XG 4				/* row groups of kmg_exact_tile_kernel */
-#define KMG_XRPT 4				/* rows per thread: batches of KMG_XG x KMG_XRPT */
 #define KMG_XSEG 64				/* float4 of a centroid staged per warp at a time */
 #define KMG_XS 32				/* operand rows a stage (filter values, staged) */
 
@@ -789,16 +727,11 @@ kmg_exact_merge_kernel(kmg_args a, int mode)
 		{
 			const double *pc = a.xcost + (size_t) s * a.xchunks;
 			const int32_t *pj = a.xidx + (size_t) s * a.xchunks;
-			double		cst = pc[0];
-			int			j = pj[0];
+			double		cst;
+			int			j;
 			const int	i = a.amb[s];
 
-			for (int c = 1; c < a.xchunks; c++)
-				if (pc[c] < cst || (pc[c] == cst && pj[c] < j))
-				{
-					cst = pc[c];
-					j = pj[c];
-				}
+			kmg_argmin_strided(pc, pj, a.xchunks, 1, cst, j);
 			if (j == INT_MAX)
 				j = 0;			/* cannot happen: the filter's best is a candidate */
 			if (mode == KMG_MODE_ITER)
@@ -830,69 +763,56 @@ kmg_exact_cap(int64_t n)
 	return (int) cap;
 }
 
-static int
-kmg_exact_rows(int dp)
+/* Raise kernel's dynamic shared memory limit to smem and launch it. */
+template <typename... P, typename... A>
+static cudaError_t
+kmg_launch_smem(void (*kernel) (P...), unsigned grid, unsigned block, size_t smem,
+				cudaStream_t stream, A... args)
 {
-	return dp <= 2048 ? 8 : 1;
+	cudaError_t e = cudaFuncSetAttribute((const void *) kernel,
+										 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+
+	if (e != cudaSuccess)
+		return e;
+	kernel<<<grid, block, smem, stream>>>(args...);
+	return cudaGetLastError();
 }
 
+/*
+ * Settle the rows kmg_classify listed, with the kernels the plan chose
+ * (dispatch.cu): the first xcap of them by work items of a tile of
+ * centroids (the tile kernel, or the chunk kernel with 16, 4 or 1 rows an
+ * item), merged over the tiles; rows past xcap (degenerate inputs) by
+ * kmg_exact_kernel, plan->xrows rows per block against all centroids.
+ */
 cudaError_t
-kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
+kmg_exact_refine(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaStream_t stream)
 {
-	const int	R = kmg_exact_rows(a->dp);
-	const size_t smem = (size_t) R * a->dp * sizeof(float);
-	const int	RC = a->dp <= 1024 ? 16 : a->dp <= 4096 ? 4 : 1;
-	const size_t smem_c = (size_t) RC * a->dp * sizeof(float);
-	const int	cblocks = sms * 8;
+	const int	sms = plan->sms;
 	cudaError_t e;
 
 	if (a->n == 0)
 		return cudaSuccess;
-
-	/*
-	 * the chunked path for the first xcap ambiguous rows; the tile kernel
-	 * only up to 8 tiles (k <= 2048): with more items per SM than that it
-	 * lost to the old kernel (999 against 656 us at 300000 x 408 x 5000,
-	 * NOTES.md round 4)
-	 */
-	if (RC == 16 && KMG_XG * a->fbn <= 1024 && a->fbn % 32 == 0 && a->xchunks <= 8)
+	if (plan->settle == KMG_SETTLE_TILE)
 	{
 		const int	nt = KMG_XG * a->fbn;
 		const size_t sm = (size_t) KMG_XG * KMG_XRPT * a->dp * sizeof(float) +
 			(size_t) (nt / 32) * KMG_XSEG * sizeof(float4) +
 			(size_t) KMG_XG * KMG_XRPT * a->fbn * (sizeof(double) + sizeof(int));
 
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_tile_kernel,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) sm)) != cudaSuccess)
-			return e;
-		kmg_exact_tile_kernel<<<sms, nt, sm, stream>>>(*a);
-	}
-	else if (RC == 16)
-	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<16>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<16><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
-	}
-	else if (RC == 4)
-	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<4>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<4><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+		e = kmg_launch_smem(kmg_exact_tile_kernel, sms, nt, sm, stream, *a);
 	}
 	else
 	{
-		if ((e = cudaFuncSetAttribute((const void *) kmg_exact_chunk_kernel<1>,
-									  cudaFuncAttributeMaxDynamicSharedMemorySize,
-									  (int) smem_c)) != cudaSuccess)
-			return e;
-		kmg_exact_chunk_kernel<1><<<cblocks, KMG_XCHUNK, smem_c, stream>>>(*a);
+		const int	rc = plan->settle == KMG_SETTLE_CHUNK16 ? 16 :
+			plan->settle == KMG_SETTLE_CHUNK4 ? 4 : 1;
+		void		(*chunk) (kmg_args) = rc == 16 ? kmg_exact_chunk_kernel<16> :
+			rc == 4 ? kmg_exact_chunk_kernel<4> : kmg_exact_chunk_kernel<1>;
+
+		e = kmg_launch_smem(chunk, sms * 8, KMG_XCHUNK, (size_t) rc * a->dp * sizeof(float),
+							stream, *a);
 	}
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if (e != cudaSuccess)
 		return e;
 	{
 		int64_t		mb = ((int64_t) a->xcap + 255) / 256;
@@ -904,29 +824,15 @@ kmg_exact_refine(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 			return e;
 	}
 
-	/* rows past the scratch (degenerate inputs): R rows per block, all centroids */
+	/* rows past the scratch (degenerate inputs): xrows rows per block, all centroids */
 	if (a->xcap < a->n)
 	{
-		int64_t		blocks = (int64_t) sms * 4;
+		const size_t smem = (size_t) plan->xrows * a->dp * sizeof(float);
 
-		if (R == 8)
-		{
-			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<8>,
-									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
-			if (e != cudaSuccess)
-				return e;
-			kmg_exact_kernel<8><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
-		}
-		else
-		{
-			e = cudaFuncSetAttribute((const void *) kmg_exact_kernel<1>,
-									 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
-			if (e != cudaSuccess)
-				return e;
-			kmg_exact_kernel<1><<<(unsigned) blocks, 256, smem, stream>>>(*a, mode, a->xcap);
-		}
+		e = kmg_launch_smem(plan->xrows == 8 ? kmg_exact_kernel<8> : kmg_exact_kernel<1>,
+							sms * 4, 256, smem, stream, *a, mode, a->xcap);
 	}
-	return cudaGetLastError();
+	return e;
 }
 
 /*

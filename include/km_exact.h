@@ -19,11 +19,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define KM_HD static __host__ __device__ __forceinline__
-#else
-#define KM_HD static inline
-#endif
+#include "km_hd.h"
 
 /* One rounding each, on both sides of the bus. */
 KM_HD double

@@ -1,5 +1,5 @@
 /*
- * assign_gemm.cuh
+ * filter_gemm.cuh
  *	  The float32 filter for large k: distances as a GEMM, fused with a
  *	  per-row top-2, never materialising the n x k matrix.
  *
@@ -14,12 +14,12 @@
  *		fbest[i]   = f_i,best
  *		fsecond[i] = min_{j != best} f_ij			(+INFINITY when k == 1)
  *
- * which is what km_filter_slack (src/engine/km_exact.h) bounds: the caller
+ * which is what km_filter_slack (include/km_exact.h) bounds: the caller
  * settles rows whose fsecond - fbest is within the slack with the exact
  * distance.
  */
-#ifndef KM_ASSIGN_GEMM_CUH
-#define KM_ASSIGN_GEMM_CUH
+#ifndef KM_FILTER_GEMM_CUH
+#define KM_FILTER_GEMM_CUH
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -29,22 +29,34 @@
 int			km_filter_kpad(int k);	/* kp for k centroids */
 
 /*
- * Per-iteration preparation of the centroid operand (e.g. a transposed or
- * tiled copy) into work, which must hold km_filter_work_bytes(kp, dp) bytes.
+ * The two tile shapes compiled: blocks of 128 rows against 128 or 256
+ * centroids at a time.  The caller chooses (assign/dispatch.cu: the smaller
+ * for k <= 128) and gives the same tile to km_filter_prepare and
+ * km_filter_top2.
+ */
+enum
+{
+	KM_FILTER_TILE_128 = 0,
+	KM_FILTER_TILE_256 = 1
+};
+
+/*
+ * Per-iteration preparation of the centroid operand (a transposed, tiled
+ * copy) into work, which must hold km_filter_work_bytes(kp, dp) bytes.
  */
 size_t		km_filter_work_bytes(int kp, int dp);
-cudaError_t km_filter_prepare(const float *C, const float *cn, int k, int kp, int dp,
-							  void *work, cudaStream_t stream);
+cudaError_t km_filter_prepare(int tile, const float *C, const float *cn, int k, int kp,
+							  int dp, void *work, cudaStream_t stream);
 
 /*
  * The prepared operand, for kernels that reread it (the exact refinement of
- * the rows the filter cannot settle): BN = km_filter_tile_cols(k) centroids
+ * the rows the filter cannot settle): BN = km_filter_tile_cols(tile) centroids
  * per tile, tiles = ceil(kp / BN); for tile t, column c < dp and i < BN,
  *		((const float *) work)[((size_t) t * dp + c) * BN + i] = -2 c'_{t BN + i, c}
  * (0 past k), then cn padded with +INFINITY to whole tiles:
  *		((const float *) work)[(size_t) tiles * BN * dp + j] = cn_j.
  */
-int			km_filter_tile_cols(int k);
+int			km_filter_tile_cols(int tile);
 
 /*
  * The filter itself; returns the launch error, if any.  stop (optional): a
@@ -52,28 +64,9 @@ int			km_filter_tile_cols(int k);
  * has stopped and the launch returns at once writing nothing (queued
  * iterations of a paused or finished Lloyd run cost almost nothing).
  */
-cudaError_t km_filter_top2(const float *X, int64_t n, int dp,
+cudaError_t km_filter_top2(int tile, const float *X, int64_t n, int dp,
 						   const void *work, int k, int kp,
 						   int32_t *best, float *fbest, float *fsecond,
 						   cudaStream_t stream, const int *stop = nullptr);
 
-/*
- * The same product with a top-3 per row: in addition to best, fbest and
- * fsecond (as above),
- *
- *		second[i] = a column j != best with f_ij = fsecond[i] (the lowest such j
- *					when several tie; best[i] when k == 1)
- *		fthird[i] = the third smallest f_ij counted with multiplicity
- *					(+INFINITY when k <= 2)
- *
- * so that a row whose fthird - fbest exceeds the slack has at most two
- * candidates, best and second, and is settled with two exact distances
- * instead of a scan over all k centroids.  Same work buffer as top2.
- */
-cudaError_t km_filter_top3(const float *X, int64_t n, int dp,
-						   const void *work, int k, int kp,
-						   int32_t *best, float *fbest, int32_t *second,
-						   float *fsecond, float *fthird, cudaStream_t stream,
-						   const int *stop = nullptr);
-
-#endif							/* KM_ASSIGN_GEMM_CUH */
+#endif							/* KM_FILTER_GEMM_CUH */

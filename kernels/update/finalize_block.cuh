@@ -2,13 +2,14 @@
  * finalize_block.cuh
  *	  The end of a Lloyd iteration (or the set-up of new centroids) done by
  *	  one block for every cluster, for small k: the same rules as
- *	  kmg_finalize_kernel (update.cu), which spreads the clusters over k
+ *	  kmg_finalize_kernel (finalize.cu), which spreads the clusters over k
  *	  blocks and decides in its last block.  Included by the kernels that
- *	  finish an iteration in their own last block (assign_narrow.cu) and by
- *	  update.cu (the one-block finalize and the reduction that ends in one).
+ *	  finish an iteration in their own last block (assign/narrow.cu), by
+ *	  finalize.cu (the one-block finalize) and by assign/reduce.cu (the
+ *	  reduction of the wide and direct passes, which ends in one).
  *
  * A warp per cluster: the mean (cosine: normalised in double, the norm
- * summed in index order by one lane, as update.cu does), the filter copy
+ * summed in index order by one lane, as finalize.cu does), the filter copy
  * (cosine: km_normalize_row; centred l2: c - mu), |c'|^2 and |c'|; then the
  * decisions (settled, tol, max_iter, empty clusters) by thread 0.  moved
  * and nempty come from the caller; in KMG_FIN_ITER the caller has also
@@ -18,14 +19,15 @@
 #ifndef KMG_FINALIZE_BLOCK_CUH
 #define KMG_FINALIZE_BLOCK_CUH
 
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
 
 /*
  * The decisions that end an iteration (or a set-up), by one thread: the
  * filter's bound and exactness flag where centroids moved, a pause for empty
  * clusters, else the iteration's record and the stop rule (settled, tol,
  * max_iter), with the per-iteration counters reset.  Shared by
- * kmg_finalize_block and kmg_finalize_kernel (update.cu).
+ * kmg_finalize_block and kmg_finalize_kernel (finalize.cu).
  */
 static __device__ __forceinline__ void
 kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
@@ -61,13 +63,12 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	st->inertia = est;
 	st->moved = moved;
 	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-	st->ambiguous = ctl->namb + ctl->npair;
+	st->ambiguous = ctl->namb;
 	st->stop = stop;
 	ctl->iter = t;
 	ctl->moved = 0;
 	ctl->nempty = 0;
 	ctl->namb = 0;
-	ctl->npair = 0;
 	ctl->relocated = 0;
 	ctl->stop = stop;
 }

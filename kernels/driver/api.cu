@@ -1,8 +1,8 @@
 /*
- * gpu_api.cu
+ * api.cu
  *	  The km_gpu_api table of kmeans_gpu_cuda.so: lazy CUDA start, device
- *	  choice, error mapping and the sticky "device is broken" state, and the
- *	  km_engine entry points that take rows from host memory.
+ *	  choice and limits, error mapping and the sticky "device is broken"
+ *	  state, and the km_engine entry points that take rows from host memory.
  *
  * Nothing here runs when the object is loaded: the first table call that
  * needs the device starts CUDA (kmg_begin).  Every CUDA failure becomes a
@@ -14,13 +14,16 @@
  *
  * One thread at a time: the SQL layer calls from its backend's thread.
  */
-#include "gpu_internal.cuh"
+#include "kmg_common.cuh"
+#include "driver/driver.cuh"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+/* The process's CUDA state: one device at a time, one thread at a time. */
 static struct
 {
 	int			started;		/* CUDA initialised by this process */
@@ -28,7 +31,7 @@ static struct
 	char		fatal_msg[200];
 	int			ordinal;		/* device of later calls */
 	kmg_device	dev;
-} kmg_g = {0, 0, "", 0, {0, 0, 0, 0, 0}};
+} kmg_g = {0, 0, "", 0, {0, 0, 0, 0, 0, 0, 0}};
 
 /* Errors after which the CUDA context cannot be used again. */
 static int
@@ -56,6 +59,10 @@ kmg_sticky(cudaError_t e)
 	}
 }
 
+/*
+ * Fill err (when given) with status and a printf-style message; returns
+ * status so that a caller can return it at once.
+ */
 km_status
 kmg_set_error(km_error *err, km_status status, const char *fmt,...)
 {
@@ -71,6 +78,13 @@ kmg_set_error(km_error *err, km_status status, const char *fmt,...)
 	return status;
 }
 
+/*
+ * Map a failed CUDA call (what names it) to a km_status and message: sticky
+ * errors make the device unusable for the rest of the process
+ * (KM_ERR_DEVICE_FATAL), a failed allocation is KM_ERR_DEVICE_NOMEM, a
+ * missing or unsupported device KM_ERR_UNAVAILABLE, the rest KM_ERR_DEVICE.
+ * Non-sticky errors are cleared so that later calls start clean.
+ */
 km_status
 kmg_cuda_error(km_error *err, cudaError_t e, const char *what)
 {
@@ -114,7 +128,43 @@ kmg_check_fatal(km_error *err)
 }
 
 /*
- * Start CUDA on the chosen device (first call only) and make it current.
+ * The limits of device ordinal that the kernels are sized by (multiprocessors,
+ * shared memory per block and per multiprocessor, and what the hardware
+ * reserves of it per block), and its compute capability.
+ */
+cudaError_t
+kmg_device_limits(int ordinal, kmg_device *dev)
+{
+	int			v[6] = {0, 0, 0, 0, 0, 0};
+	const cudaDeviceAttr attr[6] = {
+		cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+		cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock,
+		cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor
+	};
+
+	for (int i = 0; i < 6; i++)
+	{
+		cudaError_t e = cudaDeviceGetAttribute(&v[i], attr[i], ordinal);
+
+		if (e != cudaSuccess)
+			return e;
+	}
+	memset(dev, 0, sizeof(*dev));
+	dev->ordinal = ordinal;
+	dev->sms = v[0];
+	dev->smem_optin = (size_t) v[1];
+	dev->smem_per_sm = (size_t) v[2];
+	dev->smem_reserved = (size_t) v[3];
+	dev->cc_major = v[4];
+	dev->cc_minor = v[5];
+	return cudaSuccess;
+}
+
+/*
+ * The start of every entry point that needs the device: refuse after a
+ * sticky error; on the first call start CUDA on the chosen device, create
+ * its context, read its limits and refuse devices older than compute
+ * capability 8.0; later calls only make the device current.
  */
 km_status
 kmg_begin(km_error *err)
@@ -140,37 +190,37 @@ kmg_begin(km_error *err)
 		e = cudaFree(0);		/* create the context now, not in a kernel launch */
 	if (e != cudaSuccess)
 		return kmg_cuda_error(err, e, "cudaSetDevice");
-	{
-		int			sms = 0,
-					optin = 0,
-					major = 0,
-					minor = 0;
-
-		if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, kmg_g.ordinal)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, kmg_g.ordinal)) != cudaSuccess)
-			return kmg_cuda_error(err, e, "cudaDeviceGetAttribute");
-		if (major < 8)
-			return kmg_set_error(err, KM_ERR_UNAVAILABLE,
-								 "GPU %d has compute capability %d.%d; 8.0 or later is needed",
-								 kmg_g.ordinal, major, minor);
-		kmg_g.dev.ordinal = kmg_g.ordinal;
-		kmg_g.dev.sms = sms;
-		kmg_g.dev.smem_optin = (size_t) optin;
-		kmg_g.dev.cc_major = major;
-		kmg_g.dev.cc_minor = minor;
-	}
+	if ((e = kmg_device_limits(kmg_g.ordinal, &kmg_g.dev)) != cudaSuccess)
+		return kmg_cuda_error(err, e, "cudaDeviceGetAttribute");
+	if (kmg_g.dev.cc_major < 8)
+		return kmg_set_error(err, KM_ERR_UNAVAILABLE,
+							 "GPU %d has compute capability %d.%d; 8.0 or later is needed",
+							 kmg_g.ordinal, kmg_g.dev.cc_major, kmg_g.dev.cc_minor);
 	kmg_g.started = 1;
 	return KM_OK;
 }
 
+/* The limits of the device in use (kmg_begin has run). */
 const kmg_device *
 kmg_dev(void)
 {
 	return &kmg_g.dev;
 }
 
+/* Seconds on the monotonic clock: progress reports and the batches' timing. */
+double
+kmg_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+/*
+ * Host memory of a call: through the caller's alloc hook when it gives one
+ * (the SQL layer's memory context), else malloc.  Never asks for 0 bytes.
+ */
 void *
 kmg_host_alloc(const km_hooks *hooks, size_t size)
 {
@@ -181,6 +231,10 @@ kmg_host_alloc(const km_hooks *hooks, size_t size)
 	return malloc(size);
 }
 
+/*
+ * Give back what kmg_host_alloc gave: through the free hook (none: the
+ * caller's context frees it later), or free.  NULL is ignored.
+ */
 void
 kmg_host_free(const km_hooks *hooks, void *p)
 {
@@ -197,6 +251,7 @@ kmg_host_free(const km_hooks *hooks, void *p)
 
 /* ---- the table ---- */
 
+/* km_gpu_api.device_count: CUDA devices visible; 0 with error filled if none. */
 static int
 kmg_device_count(km_error *error)
 {
@@ -216,6 +271,11 @@ kmg_device_count(km_error *error)
 	return count;
 }
 
+/*
+ * km_gpu_api.device_info: name, memory (total and free now), compute
+ * capability and multiprocessors of device ordinal.  Free memory is per
+ * context, so it is asked on that device, and the current device restored.
+ */
 static km_status
 kmg_device_info(int ordinal, km_gpu_device *out, km_error *error)
 {
@@ -254,6 +314,10 @@ kmg_device_info(int ordinal, km_gpu_device *out, km_error *error)
 	return KM_OK;
 }
 
+/*
+ * km_gpu_api.set_device: the device of later calls; its limits are read
+ * again when it changes.  Starts CUDA on it.
+ */
 static km_status
 kmg_set_device(int ordinal, km_error *error)
 {
@@ -274,6 +338,10 @@ kmg_set_device(int ordinal, km_error *error)
 	return kmg_begin(error);
 }
 
+/*
+ * km_gpu_api.fit_device_bytes: device memory a fit of that shape takes,
+ * the rows (weighted, to be safe) and the fit's arena; 0 for a bad shape.
+ */
 static uint64_t
 kmg_fit_device_bytes(int64_t n, int d, int k, km_metric metric)
 {
@@ -282,6 +350,7 @@ kmg_fit_device_bytes(int64_t n, int d, int k, km_metric metric)
 	return kmg_ds_bytes(n, d, 1) + kmg_fit_bytes(n, d, k, metric, 1);
 }
 
+/* km_gpu_api.assign_device_bytes: the same for assign of one batch. */
 static uint64_t
 kmg_assign_device_bytes(int64_t batch_rows, int d, int k)
 {
@@ -292,16 +361,7 @@ kmg_assign_device_bytes(int64_t batch_rows, int d, int k)
 
 /* ---- km_engine on host rows ---- */
 
-static size_t
-kmg_fit_workspace(int64_t n, int d, int k, int n_threads)
-{
-	(void) n;
-	(void) n_threads;
-	/* centroids and per-cluster columns of one run, plus bookkeeping */
-	return (size_t) k * ((size_t) KMG_ROUND_UP(d, KM_FILTER_DPAD) * sizeof(float) +
-						 3 * sizeof(double)) + 4096;
-}
-
+/* Whether any chunk of data carries weights. */
 static int
 kmg_data_weighted(const km_data *data)
 {
@@ -311,6 +371,7 @@ kmg_data_weighted(const km_data *data)
 	return 0;
 }
 
+/* The limits of the engine on host rows: some rows, fewer than 2^31, d <= 32768. */
 static km_status
 kmg_check_data(const km_data *data, km_error *error)
 {
@@ -325,6 +386,10 @@ kmg_check_data(const km_data *data, km_error *error)
 	return KM_OK;
 }
 
+/*
+ * km_engine.fit on host rows: all of them go up into one internal dataset
+ * (dataset.cu), then the fit runs on the device (fit.cu).
+ */
 static km_status
 kmg_engine_fit(const km_data *data, const km_params *params, const km_hooks *hooks,
 			   km_result *result, km_error *error)
@@ -403,6 +468,7 @@ kmg_engine_batches(const km_data *data, const float *centroids, int k, km_metric
 	return st;
 }
 
+/* km_engine.assign: labels and distances of host rows, in batches. */
 static km_status
 kmg_engine_assign(const km_data *data, const float *centroids, int k, km_metric metric,
 				  int32_t *labels, double *distances, const km_hooks *hooks, km_error *error)
@@ -410,6 +476,7 @@ kmg_engine_assign(const km_data *data, const float *centroids, int k, km_metric 
 	return kmg_engine_batches(data, centroids, k, metric, labels, distances, NULL, hooks, error);
 }
 
+/* km_engine.map: per-cluster sums of host rows into partial, in batches. */
 static km_status
 kmg_engine_map(const km_data *data, const float *centroids, int k, km_metric metric,
 			   km_partial *partial, const km_hooks *hooks, km_error *error)
@@ -419,10 +486,15 @@ kmg_engine_map(const km_data *data, const float *centroids, int k, km_metric met
 	return kmg_engine_batches(data, centroids, k, metric, NULL, NULL, partial, hooks, error);
 }
 
+/*
+ * The GPU engine on host rows.  No fit_workspace: the host memory of a GPU
+ * fit is a few k-sized arrays, and nothing asks (KmFitMemory sizes the CPU
+ * engine's fits only).
+ */
 static const km_engine kmg_engine = {
 	KM_ENGINE_ABI,
 	"gpu",
-	kmg_fit_workspace,
+	NULL,
 	kmg_engine_fit,
 	kmg_engine_assign,
 	kmg_engine_map,
@@ -431,6 +503,7 @@ static const km_engine kmg_engine = {
 
 /* ---- streaming datasets ---- */
 
+/* km_gpu_api.dataset_create: an empty dataset of d floats a row on the device. */
 static km_gpu_dataset *
 kmg_api_dataset_create(int d, int weighted, int64_t expected_rows, km_error *error)
 {
@@ -444,6 +517,7 @@ kmg_api_dataset_create(int d, int weighted, int64_t expected_rows, km_error *err
 	return kmg_ds_create(d, weighted, expected_rows, 0, error);
 }
 
+/* km_gpu_api.dataset_stage: pinned room for the next rows (dataset.cu). */
 static float *
 kmg_api_dataset_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_error *error)
 {
@@ -452,6 +526,7 @@ kmg_api_dataset_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_err
 	return kmg_ds_stage(ds, room, weights, error);
 }
 
+/* km_gpu_api.dataset_commit: send the rows written into the staged room. */
 static km_status
 kmg_api_dataset_commit(km_gpu_dataset *ds, int64_t rows, km_error *error)
 {
@@ -462,12 +537,17 @@ kmg_api_dataset_commit(km_gpu_dataset *ds, int64_t rows, km_error *error)
 	return kmg_ds_commit(ds, rows, error);
 }
 
+/* km_gpu_api.dataset_rows: rows committed so far (0 for NULL). */
 static int64_t
 kmg_api_dataset_rows(const km_gpu_dataset *ds)
 {
 	return ds != NULL ? kmg_ds_rows(ds) : 0;
 }
 
+/*
+ * km_gpu_api.dataset_fit: wait for the uploads, then fit on the dataset's
+ * rows where they are.
+ */
 static km_status
 kmg_api_dataset_fit(km_gpu_dataset *ds, const km_params *params, const km_hooks *hooks,
 					km_result *result, km_error *error)
@@ -485,6 +565,7 @@ kmg_api_dataset_fit(km_gpu_dataset *ds, const km_params *params, const km_hooks 
 	return kmg_fit_rows(&rows, params, hooks, result, error);
 }
 
+/* km_gpu_api.dataset_free: the dataset and its device and pinned memory. */
 static void
 kmg_api_dataset_free(km_gpu_dataset *ds)
 {
@@ -492,6 +573,11 @@ kmg_api_dataset_free(km_gpu_dataset *ds)
 		kmg_ds_free(ds);
 }
 
+/*
+ * km_gpu_api.release_all (end of a transaction or backend): free every
+ * dataset still alive; after a sticky error also reset the device, the
+ * only way to give back a broken context's memory.
+ */
 static void
 kmg_release_all(void)
 {
@@ -500,6 +586,7 @@ kmg_release_all(void)
 		(void) cudaDeviceReset();	/* the only way to give back a broken context's memory */
 }
 
+/* The table kmeans_gpu_cuda.so exports. */
 static const km_gpu_api kmg_api = {
 	KM_GPU_ABI,
 	kmg_device_count,
@@ -517,6 +604,7 @@ static const km_gpu_api kmg_api = {
 	kmg_release_all
 };
 
+/* The one symbol of kmeans_gpu_cuda.so the SQL layer looks up (dlsym). */
 extern "C" __attribute__((visibility("default"))) const km_gpu_api *
 km_gpu_get_api(void)
 {

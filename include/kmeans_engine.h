@@ -247,7 +247,10 @@ typedef struct km_engine
 	int			abi;			/* KM_ENGINE_ABI */
 	const char *name;			/* "cpu", "gpu" */
 
-	/* Host bytes the engine will ask of hooks->alloc for such a fit. */
+	/*
+	 * Host bytes the engine will ask of hooks->alloc for such a fit.  NULL
+	 * where nothing asks: the GPU engine's (KmFitMemory sizes CPU fits).
+	 */
 	size_t		(*fit_workspace) (int64_t n, int d, int k, int n_threads);
 
 	km_status	(*fit) (const km_data *data, const km_params *params,

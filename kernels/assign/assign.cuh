@@ -1,0 +1,107 @@
+/*
+ * assign.cuh
+ *	  The assignment family: labels for the rows, the moved count, and in a
+ *	  fused pass the whole Lloyd iteration.  dispatch.cu decides which
+ *	  kernels run a shape (its table says which and why) and runs passes with
+ *	  that plan; the other files of this folder are the kernels.
+ *
+ *	- narrow.cu, wide.cu, direct.cu: fused passes for small k (filter,
+ *	  exact settling, labels and per-block sums in one read of the rows);
+ *	  reduce.cu: the wide and direct passes' partials added in block order,
+ *	  and the end of the iteration;
+ *	- filter_gemm.cu (contract: filter_gemm.cuh): the float32 filter for
+ *	  larger k, a GEMM fused with a per-row top-2;
+ *	- exact.cu: the slack test on the filter's top-2, the exact settling of
+ *	  the rows it cannot decide, and the exact cost of every row.
+ */
+#ifndef KMG_ASSIGN_CUH
+#define KMG_ASSIGN_CUH
+
+#include "kmg_common.cuh"
+#include "assign/filter_gemm.cuh"
+
+/* The kernels a plan runs (dispatch.cu). */
+enum
+{
+	KMG_PATH_FILTER = 0,		/* filter_gemm.cu + exact.cu (sums: update/) */
+	KMG_PATH_NARROW = 1,		/* narrow.cu: the iteration in one launch */
+	KMG_PATH_WIDE = 2,			/* wide.cu, then reduce.cu */
+	KMG_PATH_DIRECT = 3			/* direct.cu, then reduce.cu */
+};
+
+/* How the filter path settles the rows its slack test leaves (exact.cu). */
+enum
+{
+	KMG_SETTLE_TILE = 0,		/* kmg_exact_tile_kernel */
+	KMG_SETTLE_CHUNK16 = 1,		/* kmg_exact_chunk_kernel<16> */
+	KMG_SETTLE_CHUNK4 = 2,		/* kmg_exact_chunk_kernel<4> */
+	KMG_SETTLE_CHUNK1 = 3		/* kmg_exact_chunk_kernel<1> */
+};
+
+/* The shape of kmg_exact_tile_kernel's block: KMG_XG x (centroids of a tile) threads. */
+#define KMG_XG 4				/* row groups */
+#define KMG_XRPT 4				/* rows per thread: items of KMG_XG x KMG_XRPT rows */
+
+/* A fused pass's kernel; the narrow and wide passes ignore nstage and groups. */
+typedef void (*kmg_fused_fn) (kmg_args a, int mode, int nstage, int groups);
+
+/* What dispatch.cu decided for a shape. */
+typedef struct kmg_assign_plan
+{
+	int			path;			/* KMG_PATH_* */
+	int			dp;
+	int			sms;			/* the device's multiprocessors */
+	/* the fused passes */
+	kmg_fused_fn fn;
+	int			threads;
+	int			kb;				/* centroids of the register tile or loop */
+	int			s;				/* lanes per row */
+	int			nstage;			/* cp.async stages (direct) */
+	int			groups;			/* accumulator copies per block (direct, MODE_ITER) */
+	size_t		smem;			/* dynamic shared memory */
+	int			nblocks;		/* persistent grid */
+	/* the filter path */
+	int			ftile;			/* KM_FILTER_TILE_* */
+	int			settle;			/* KMG_SETTLE_* */
+	int			xrows;			/* rows per block of kmg_exact_kernel (past xcap) */
+} kmg_assign_plan;
+
+/* The plan runs one of the fused passes (else the filter path). */
+static inline int
+kmg_plan_fused(const kmg_assign_plan *plan)
+{
+	return plan->path != KMG_PATH_FILTER;
+}
+
+/* ---- dispatch.cu ---- */
+kmg_assign_plan kmg_assign_make_plan(int64_t n, int d, int dp, int k, int mode,
+									 const kmg_device *dev);
+kmg_assign_plan kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode,
+									 const kmg_device *dev);
+cudaError_t kmg_assign_prepare(kmg_assign_plan *plan, const kmg_device *dev);
+cudaError_t kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode,
+							void *filter_work, cudaStream_t stream);
+cudaError_t kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int mode,
+							 cudaStream_t stream);
+
+/* ---- the fused passes' instances (narrow.cu, wide.cu, direct.cu) ---- */
+kmg_fused_fn kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb,
+								 size_t *smem);
+size_t		kmg_narrow_fix_bytes(int k, int d);
+kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb,
+							   size_t *smem);
+kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);
+size_t		kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k);
+size_t		kmg_direct_acc_bytes(int dp, int k);
+
+/* ---- reduce.cu ---- */
+cudaError_t kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream);
+
+/* ---- exact.cu ---- */
+cudaError_t kmg_classify(const kmg_args *a, int mode, cudaStream_t stream);
+cudaError_t kmg_exact_refine(const kmg_args *a, const kmg_assign_plan *plan, int mode,
+							 cudaStream_t stream);
+int			kmg_exact_cap(int64_t n);
+cudaError_t kmg_row_costs(const kmg_args *a, cudaStream_t stream);
+
+#endif							/* KMG_ASSIGN_CUH */

@@ -1,0 +1,823 @@
+/*
+ * narrow.cu
+ *	  The fused Lloyd pass for narrow rows (dp <= 32) and k <= 32: one read
+ *	  of the rows does the float32 filter, the exact settling of close calls,
+ *	  the label and moved count and the per-block M-step sums; the last block
+ *	  to finish adds the blocks' partials in block order into the cluster
+ *	  sums, so an iteration is this kernel and kmg_finalize.
+ *
+ * Plain C reference: km_ref_assign / the sums of km_ref_lloyd
+ * (kernels/bench/ref_kmeans.c); bench_kernels.cu checks labels and sums
+ * against it, bench_engine.cu whole fits.
+ *
+ * Why it is fast.  1M x 8 rows with k = 16 is 32 MB a pass (7.5 us at
+ * 4.3 TB/s), so everything is arranged around reading the rows once, and an
+ * iteration is one launch:
+ *	- every block owns a contiguous range of rows, cut into tiles of
+ *	  256 x R rows; a thread holds its R rows in registers (16-byte loads,
+ *	  coalesced across the warp), and the next tile's loads are issued before
+ *	  the current tile's sums, so HBM never waits for the arithmetic;
+ *	- the centroids (times -2, centred when l2 is centred) sit in shared
+ *	  memory and are read as broadcasts; each row keeps a running best and
+ *	  second (no k-wide arrays in registers);
+ *	- rows within the slack are settled in the thread, among the centroids
+ *	  the filter cannot rule out (d <= 32: short chains);
+ *	- the sums: the tile's rows are listed by (label, row) (a bit per row in
+ *	  its label's word, a warp scan per label, a scan over the labels), and
+ *	  every (cluster, column) cell of the block belongs to one thread, which
+ *	  adds its cluster's rows in row order into a double register, four
+ *	  rows' loads in flight: no floating-point atomics, a fixed order;
+ *	- each block adds its partial (k (d + 1) doubles, k counts) to 128-bit
+ *	  fixed-point accumulators with integer atomics (kmg_fix_atomic: the
+ *	  total does not depend on the order), its estimate to a slot of its
+ *	  own; the last block (ticket after a fence) turns them into the cluster
+ *	  sums, clears them for the next pass, and ends the iteration
+ *	  (finalize_block.cuh), so nothing else runs between two passes.
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "assign/assign.cuh"
+#include "update/finalize_block.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#define KMG_NARROW_NT 256
+
+/* Shared memory of one block (bytes from the start). */
+typedef struct kmg_narrow_layout
+{
+	size_t		c2;				/* KB x DP floats: -2 c' (filter copy) */
+	size_t		cr;				/* KB x DP floats: the centroids (exact costs) */
+	size_t		cn;				/* KB floats: |c'|^2, +INF past k */
+	size_t		cnorm;			/* KB doubles (cosine) */
+	size_t		xs;				/* TR x DP floats: the tile's rows */
+	size_t		mask;			/* TR / 32 x KB words */
+	size_t		pre;			/* TR / 32 x KB ints: rows of the label in earlier groups */
+	size_t		list;			/* TR ints: the tile's rows by (label, row) */
+	size_t		w;				/* TR floats */
+	size_t		red;			/* 64 doubles + 32 ints */
+	size_t		total;
+} kmg_narrow_layout;
+
+static __host__ __device__ kmg_narrow_layout
+kmg_narrow_layout_of(int DP, int KB, int R)
+{
+	kmg_narrow_layout L;
+	const size_t TR = (size_t) KMG_NARROW_NT * R;
+	size_t		o = 0;
+
+	L.c2 = o;
+	o += (size_t) KB * DP * sizeof(float);
+	L.cr = o;
+	o += (size_t) KB * DP * sizeof(float);
+	L.cn = o;
+	o += (size_t) KB * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.cnorm = o;
+	o += (size_t) KB * sizeof(double);
+	L.xs = o;
+	o += TR * DP * sizeof(float);
+	L.mask = o;
+	o += TR / 32 * KB * sizeof(uint32_t);
+	L.pre = o;
+	o += TR / 32 * KB * sizeof(int);
+	L.list = o;
+	o += TR * sizeof(int);
+	L.w = o;
+	o += TR * sizeof(float);
+	o = KMG_ROUND_UP(o, 16);
+	L.red = o;
+	o += 64 * sizeof(double) + 32 * sizeof(int);
+	L.total = KMG_ROUND_UP(o, 16);
+	return L;
+}
+
+/*
+ * Rows per thread for a padded width: 32 floats of rows in registers, two
+ * blocks an SM (128 registers a thread; three blocks would leave 80, and
+ * every instance then spills 76 to 600 bytes).
+ */
+static __host__ __device__ constexpr int
+kmg_narrow_rows(int DP)
+{
+	return DP <= 8 ? 4 : DP <= 16 ? 2 : 1;
+}
+
+#define KMG_NARROW_BPS 2		/* blocks per SM */
+
+/* Words of the fixed-point accumulators: k x (d + 1) cells x 2, then k counts. */
+static __host__ __device__ int
+kmg_narrow_fixwords(int k, int d)
+{
+	return 2 * k * (d + 1) + k;
+}
+
+/* The block's shared memory (kmg_narrow_layout_of), as pointers. */
+typedef struct kmg_narrow_smem
+{
+	float	   *C2;				/* KB x DP: -2 c' (filter copy) */
+	float	   *Cr;				/* KB x DP: the centroids (exact costs) */
+	float	   *cn;				/* KB: |c'|^2, +INF past k */
+	double	   *cnorm;			/* KB (cosine) */
+	float	   *xs;				/* TR x DP: the tile's raw rows */
+	uint32_t   *mask;			/* TR / 32 x KB: a bit per row in its label's word */
+	int		   *pre;			/* TR / 32 x KB: rows of the label in earlier groups */
+	int		   *list;			/* TR: the tile's rows by (label, row) */
+	float	   *w;				/* TR: the rows' weights */
+	double	   *red;			/* 64 doubles, then 32 ints (redi) */
+	int		   *redi;
+} kmg_narrow_smem;
+
+/* Prologue: the centroids into shared memory; rows past k are zeros with +INF norm, never chosen. */
+template <int DP, int KB>
+__device__ __forceinline__ void
+kmg_narrow_centroids(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int k, int cosine)
+{
+
+	for (int e = tid; e < KB * DP; e += KMG_NARROW_NT)
+	{
+		const int	j = e / DP;
+
+		sm.C2[e] = j < k ? -2.0f * a.Cf[(size_t) j * a.dp + e % DP] : 0.0f;
+		sm.Cr[e] = j < k ? a.C[(size_t) j * a.dp + e % DP] : 0.0f;
+	}
+	for (int j = tid; j < KB; j += KMG_NARROW_NT)
+	{
+		sm.cn[j] = j < k ? a.cn[j] : INFINITY;
+		sm.cnorm[j] = (j < k && cosine) ? a.cnorm[j] : 1.0;
+	}
+}
+
+/*
+ * This thread's R rows of the tile at base (row = base + r * NT + tid) into
+ * registers, 16 bytes a load, with their old labels and weights; past r1,
+ * zeros with weight 0.
+ */
+template <int DP, int R>
+__device__ __forceinline__ void
+kmg_narrow_load(int tid, const kmg_args &a, int64_t base, int64_t r1, int iter, float4 (&xr)[R][DP / 4],
+				int (&old)[R], float (&wr)[R])
+{
+
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		const int64_t row = base + (int64_t) r * KMG_NARROW_NT + tid;
+
+		if (row < r1)
+		{
+			const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) row * DP);
+
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+				xr[r][q] = src[q];
+			old[r] = iter ? a.labels[row] : -1;
+			wr[r] = a.W != NULL ? a.W[row] : 1.0f;
+		}
+		else
+		{
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+				xr[r][q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			old[r] = -1;
+			wr[r] = 0.0f;
+		}
+	}
+}
+
+/*
+ * The tile's raw rows and weights into shared memory (the exact costs and
+ * the sums read them there), then the rows in registers centred in place,
+ * x' = fl(x - mu), and |x'|^2 of each.
+ */
+template <int DP, int R>
+__device__ __forceinline__ void
+kmg_narrow_stage_rows(int tid, const kmg_args &a, const kmg_narrow_smem &sm, float4 (&xr)[R][DP / 4],
+					  const float (&wr)[R], float (&xx)[R])
+{
+
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		const int	p = r * KMG_NARROW_NT + tid;
+
+#pragma unroll
+		for (int q = 0; q < DP / 4; q++)
+			reinterpret_cast<float4 *>(sm.xs + p * DP)[q] = xr[r][q];
+		sm.w[p] = wr[r];
+	}
+
+	if (a.mu != NULL)
+	{
+#pragma unroll
+		for (int q = 0; q < DP / 4; q++)
+		{
+			const float4 m = reinterpret_cast<const float4 *>(a.mu)[q];
+
+#pragma unroll
+			for (int r = 0; r < R; r++)
+			{
+				xr[r][q].x -= m.x;
+				xr[r][q].y -= m.y;
+				xr[r][q].z -= m.z;
+				xr[r][q].w -= m.w;
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		float		s = 0.0f;
+
+#pragma unroll
+		for (int q = 0; q < DP / 4; q++)
+		{
+			s = fmaf(xr[r][q].x, xr[r][q].x, s);
+			s = fmaf(xr[r][q].y, xr[r][q].y, s);
+			s = fmaf(xr[r][q].z, xr[r][q].z, s);
+			s = fmaf(xr[r][q].w, xr[r][q].w, s);
+		}
+		xx[r] = s;
+	}
+}
+
+/*
+ * The filter values, centroid by centroid (one broadcast read of a centroid
+ * serves R rows): each row's best value f1, its centroid b, and the second
+ * value f2.
+ */
+template <int DP, int KB, int R>
+__device__ __forceinline__ void
+kmg_narrow_filter(const kmg_narrow_smem &sm, const float4 (&xr)[R][DP / 4], float (&f1)[R],
+				  float (&f2)[R], int (&b)[R])
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		f1[r] = INFINITY;
+		f2[r] = INFINITY;
+		b[r] = 0;
+	}
+#pragma unroll
+	for (int j = 0; j < KB; j++)
+	{
+		float4		c[DP / 4];
+		const float cnj = sm.cn[j];
+
+#pragma unroll
+		for (int q = 0; q < DP / 4; q++)
+			c[q] = reinterpret_cast<const float4 *>(sm.C2 + j * DP)[q];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+		{
+			float		v = cnj;
+
+#pragma unroll
+			for (int q = 0; q < DP / 4; q++)
+			{
+				v = fmaf(xr[r][q].x, c[q].x, v);
+				v = fmaf(xr[r][q].y, c[q].y, v);
+				v = fmaf(xr[r][q].z, c[q].z, v);
+				v = fmaf(xr[r][q].w, c[q].w, v);
+			}
+			f2[r] = fminf(f2[r], fmaxf(f1[r], v));
+			if (v < f1[r])
+			{
+				f1[r] = v;
+				b[r] = j;
+			}
+		}
+	}
+}
+
+/*
+ * Each row's label: the filter's best unless the second is within the
+ * slack, then the exact winner among the centroids the filter cannot rule
+ * out (in the thread: d <= 32, short chains, the row from shared memory).
+ * In MODE_ITER also the moved count and the estimate w * cost (the
+ * filter's where the row was not settled exactly).  lab: the label, or -1
+ * past r1.
+ */
+template <int DP, int R>
+__device__ __forceinline__ void
+kmg_narrow_settle(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, int cosine,
+				  int64_t base, int64_t r1, int iter, float cmax, int all_exact,
+				  const float4 (&xr)[R][DP / 4],
+				  const int (&old)[R], const float (&wr)[R], const float (&xx)[R],
+				  const float (&f1)[R], const float (&f2)[R], const int (&b)[R],
+				  int (&lab)[R], double &est, int &moved, int &nexact)
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		const int64_t row = base + (int64_t) r * KMG_NARROW_NT + tid;
+		const int	p = r * KMG_NARROW_NT + tid;
+		const float xn = sqrtf(xx[r]);
+		const float slack = km_filter_slack(d, xn, cmax);
+		const int	all = all_exact || (cosine && xn == 0.0f) || !isfinite(f1[r] + slack);
+		int			label = b[r];
+		double		ecost = -1.0;
+
+		if (row < r1 && (all || !(f2[r] - f1[r] > slack)))
+		{
+			/* too close to call in float: exact, among the candidates */
+			const float thr = f1[r] + slack;
+			double		bc = INFINITY;
+			int			bj = -1;
+
+			for (int j = 0; j < k; j++)
+			{
+				float		v = sm.cn[j];
+
+				/* the same value as the filter's, bit for bit */
+#pragma unroll
+				for (int q = 0; q < DP / 4; q++)
+				{
+					const float4 c = reinterpret_cast<const float4 *>(sm.C2 + j * DP)[q];
+
+					v = fmaf(xr[r][q].x, c.x, v);
+					v = fmaf(xr[r][q].y, c.y, v);
+					v = fmaf(xr[r][q].z, c.z, v);
+					v = fmaf(xr[r][q].w, c.w, v);
+				}
+				if (all || !(v > thr))
+				{
+					double		s = 0.0;
+
+					for (int i = 0; i < DP; i++)
+						kmg_exact_step(s, sm.xs[p * DP + i], sm.Cr[j * DP + i], cosine);
+					s = kmg_exact_finish(s, sm.cnorm[j], cosine);
+					if (bj < 0 || s < bc)	/* j ascends: ties keep the lower */
+					{
+						bc = s;
+						bj = j;
+					}
+				}
+			}
+			if (bj < 0)
+			{
+				bj = b[r];		/* cannot happen: the filter's best is a candidate */
+				bc = 0.0;
+			}
+			label = bj;
+			ecost = bc;
+			nexact++;
+		}
+		if (row < r1)
+		{
+			if (iter)
+			{
+				double		e = ecost;
+
+				if (e < 0.0)
+				{
+					/* the filter's estimate; cosine filters 2 - 2 cos */
+					e = (double) f1[r] + (double) xx[r];
+					e = e > 0.0 ? (cosine ? 0.5 * e : e) : 0.0;
+				}
+				est += (double) wr[r] * e;
+				if (old[r] != label)
+				{
+					moved++;
+					a.labels[row] = label;
+				}
+			}
+			else
+				a.labels[row] = label;
+			lab[r] = label;
+		}
+		else
+			lab[r] = -1;
+	}
+}
+
+/* Each warp's rows grouped by label: a bit per row in its label's word. */
+template <int KB, int R>
+__device__ __forceinline__ void
+kmg_narrow_mark(int tid, int lane, int warp, const kmg_narrow_smem &sm, int k, const int (&lab)[R])
+{
+	constexpr int NW = KMG_NARROW_NT / 32;
+
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		if (lane < k)
+			sm.mask[(r * NW + warp) * KB + lane] = 0u;
+	__syncwarp();
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		if (lab[r] >= 0)
+			atomicOr(&sm.mask[(r * NW + warp) * KB + lab[r]], 1u << lane);
+}
+
+/*
+ * After the marks (and a barrier): per label the rows in earlier groups (a
+ * warp scan over the groups of 32 rows) and the count, the labels' starts
+ * (a scan over the labels), then the list of the tile's rows by (label,
+ * row).  Ends with a barrier.
+ */
+template <int KB, int R>
+__device__ __forceinline__ void
+kmg_narrow_order(int tid, int lane, int warp, const kmg_narrow_smem &sm, int k, const int (&lab)[R], int *s_count,
+				 int *s_start)
+{
+	constexpr int NW = KMG_NARROW_NT / 32;
+	constexpr int NG = KMG_NARROW_NT * R / 32;	/* groups of 32 rows; <= 32 */
+
+	static_assert(NG <= 32, "a group count fits a warp scan");
+	for (int j = warp; j < k; j += NW)
+	{
+		const int	v = lane < NG ? __popc(sm.mask[lane * KB + j]) : 0;
+		int			incl = v;
+
+		for (int o = 1; o < 32; o <<= 1)
+		{
+			const int	t = __shfl_up_sync(0xffffffffu, incl, o);
+
+			if (lane >= o)
+				incl += t;
+		}
+		if (lane < NG)
+			sm.pre[lane * KB + j] = incl - v;
+		if (lane == 31)
+			s_count[j] = incl;
+	}
+	__syncthreads();
+	if (warp == 0)
+	{
+		const int	v = lane < k ? s_count[lane] : 0;
+		int			incl = v;
+
+		for (int o = 1; o < 32; o <<= 1)
+		{
+			const int	t = __shfl_up_sync(0xffffffffu, incl, o);
+
+			if (lane >= o)
+				incl += t;
+		}
+		s_start[lane] = incl - v;
+		if (lane == 31)
+			s_start[32] = incl;
+	}
+	__syncthreads();
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		if (lab[r] >= 0)
+		{
+			const int	g = r * NW + warp;
+			const uint32_t m = sm.mask[g * KB + lab[r]];
+
+			sm.list[s_start[lab[r]] + sm.pre[g * KB + lab[r]] + __popc(m & ((1u << lane) - 1u))] =
+				r * KMG_NARROW_NT + tid;
+		}
+	__syncthreads();
+}
+
+/*
+ * The sums of the tile: every (cluster j, column c) cell of the block
+ * belongs to one thread (cell e = tid + u NT), which adds its cluster's rows
+ * in row order into a double, four rows' loads in flight; c == d is the
+ * weight (and the count).
+ */
+template <int DP, int CPT>
+__device__ __forceinline__ void
+kmg_narrow_sums(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol, int ncell,
+				const int *s_count, const int *s_start, double (&acc)[CPT], int (&cnt)[CPT])
+{
+#pragma unroll
+	for (int u = 0; u < CPT; u++)
+	{
+		const int	e = tid + u * KMG_NARROW_NT;
+
+		if (e < ncell)
+		{
+			const int	j = e / ncol;
+			const int	c = e - j * ncol;
+			const int	p0 = s_start[j],
+						p1 = p0 + s_count[j];
+			double		s = acc[u];
+			int			p = p0;
+
+			if (c == d)
+			{
+				if (a.W != NULL)
+					for (; p < p1; p++)
+						s += (double) sm.w[sm.list[p]];
+				else
+					s += (double) (p1 - p0);
+				cnt[u] += p1 - p0;
+			}
+			else
+			{
+				for (; p + 4 <= p1; p += 4)
+				{
+					int			ix[4];
+					float		v[4],
+								w[4];
+
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						ix[q] = sm.list[p + q];
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+					{
+						v[q] = sm.xs[ix[q] * DP + c];
+						w[q] = a.W != NULL ? sm.w[ix[q]] : 1.0f;
+					}
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						s += a.W != NULL ? (double) w[q] * (double) v[q] : (double) v[q];
+				}
+				for (; p < p1; p++)
+				{
+					const int	ix = sm.list[p];
+
+					s += a.W != NULL ? (double) sm.w[ix] * (double) sm.xs[ix * DP + c]
+						: (double) sm.xs[ix * DP + c];
+				}
+			}
+			acc[u] = s;
+		}
+	}
+}
+
+/*
+ * Epilogue: the block's partial into the order-free accumulators
+ * (kmg_fix_atomic), its estimate into its slot of a.part (a fixed-order
+ * sum of the warps), the moved and exact counts into the control block.
+ */
+template <int CPT>
+__device__ __forceinline__ void
+kmg_narrow_block_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol,
+						 int ncell, const double (&acc)[CPT], const int (&cnt)[CPT], double est,
+						 int moved, int nexact)
+{
+
+#pragma unroll
+	for (int u = 0; u < CPT; u++)
+	{
+		const int	e = tid + u * KMG_NARROW_NT;
+
+		if (e < ncell)
+		{
+			const int	c = e % ncol;
+
+			kmg_fix_atomic(a.nfix + 2 * e, acc[u], c == d ? a.wshift : a.sshift);
+			if (c == d && cnt[u] > 0)
+				atomicAdd(a.nfix + 2 * ncell + e / ncol, (unsigned long long) cnt[u]);
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		est += __shfl_xor_sync(0xffffffffu, est, o);
+		moved += __shfl_xor_sync(0xffffffffu, moved, o);
+		nexact += __shfl_xor_sync(0xffffffffu, nexact, o);
+	}
+	if (lane == 0)
+	{
+		sm.red[warp] = est;
+		if (moved != 0)
+			atomicAdd(&a.ctl->moved, moved);
+		if (nexact != 0)
+			atomicAdd(&a.ctl->namb, nexact);
+	}
+	__syncthreads();
+	if (tid == 0)
+	{
+		double		e = sm.red[0];
+
+		for (int w = 1; w < KMG_NARROW_NT / 32; w++)
+			e += sm.red[w];
+		a.part[blockIdx.x] = e;
+	}
+}
+
+/*
+ * The pass's last block: every column of the cluster sums decoded from the
+ * accumulators (which it clears for the next pass), the estimate from the
+ * blocks' slots in a fixed tree, then the end of the iteration
+ * (finalize_block.cuh).
+ */
+__device__ __forceinline__ void
+kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, int ncol,
+					  int ncell)
+{
+	const int	cw = KMG_CW(a.dp);
+	const int	nb = gridDim.x;
+	int			nempty = 0;
+	double		e = 0.0;
+
+	/* every column of clus: sums, zeros, w, count, estimate (cluster 0) */
+	for (int x = tid; x < k * cw; x += KMG_NARROW_NT)
+	{
+		const int	j = x / cw;
+		const int	c = x - j * cw;
+		double		v = 0.0;
+
+		if (c < d || c == a.dp)
+		{
+			const int	cell = j * ncol + (c < d ? c : d);
+			unsigned long long *f = a.nfix + 2 * cell;
+
+			v = kmg_fix_decode(__ldcg(f), __ldcg(f + 1), c < d ? a.sshift : a.wshift);
+			f[0] = 0ull;
+			f[1] = 0ull;
+			if (c == a.dp)
+				nempty += !(v > 0.0);
+		}
+		else if (c == a.dp + 1)
+		{
+			unsigned long long *f = a.nfix + 2 * ncell + j;
+
+			v = (double) __ldcg(f);
+			f[0] = 0ull;
+		}
+		a.clus[x] = v;
+	}
+	/* the estimate: the blocks' slots in a fixed tree */
+	for (int b = tid; b < nb; b += KMG_NARROW_NT)
+		e += __ldcg(&a.part[b]);
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		e += __shfl_xor_sync(0xffffffffu, e, o);
+		nempty += __shfl_xor_sync(0xffffffffu, nempty, o);
+	}
+	if (lane == 0)
+	{
+		sm.red[warp] = e;
+		sm.redi[warp] = nempty;
+	}
+	__syncthreads();
+	e = sm.red[0];
+	nempty = sm.redi[0];
+	for (int w = 1; w < KMG_NARROW_NT / 32; w++)
+	{
+		e += sm.red[w];
+		nempty += sm.redi[w];
+	}
+	if (tid == 0)
+	{
+		a.clus[a.dp + 2] = e;
+		a.ctl->nempty = nempty;
+		a.ctl->ticket2 = 0;
+	}
+	__threadfence_block();
+	__syncthreads();
+	kmg_finalize_block(a, KMG_FIN_ITER, *(volatile int *) &a.ctl->moved, nempty);
+}
+
+/*
+ * One pass (see the file header).  DP: padded width (8..32), KB: centroids
+ * of the unrolled loop (>= k), R: rows per thread.  The kernel is its
+ * stages: centroids in; per tile of NT x R rows the rows staged, filtered,
+ * settled (labels), and in MODE_ITER grouped by label and summed, the next
+ * tile's loads in flight meanwhile; then the block's partial, and in the
+ * last block the cluster sums and the end of the iteration.
+ */
+template <int DP, int KB, int R>
+__global__ void __launch_bounds__(KMG_NARROW_NT, KMG_NARROW_BPS)
+kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
+{
+	extern __shared__ __align__(16) unsigned char kmg_nsmem[];
+	constexpr int TR = KMG_NARROW_NT * R;
+	constexpr int CPT = (KB * (DP + 1) + KMG_NARROW_NT - 1) / KMG_NARROW_NT;	/* cells per thread */
+	const kmg_narrow_layout L = kmg_narrow_layout_of(DP, KB, R);
+	const kmg_narrow_smem sm = {
+		(float *) (kmg_nsmem + L.c2), (float *) (kmg_nsmem + L.cr), (float *) (kmg_nsmem + L.cn),
+		(double *) (kmg_nsmem + L.cnorm), (float *) (kmg_nsmem + L.xs),
+		(uint32_t *) (kmg_nsmem + L.mask), (int *) (kmg_nsmem + L.pre),
+		(int *) (kmg_nsmem + L.list), (float *) (kmg_nsmem + L.w), (double *) (kmg_nsmem + L.red),
+		(int *) ((double *) (kmg_nsmem + L.red) + 64)
+	};
+	__shared__ int s_last,
+				s_count[32],
+				s_start[33];
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	const int	d = a.d;
+	const int	k = a.k;
+	const int	iter = mode == KMG_MODE_ITER;
+	const int	cosine = a.cosine;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int64_t n = a.n;
+	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
+	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
+
+	kmg_narrow_centroids<DP, KB>(tid, a, sm, k, cosine);
+
+	/* cells of the sums: (cluster j, column c), c == d is the weight */
+	const int	ncol = d + 1;
+	const int	ncell = k * ncol;
+	double		acc[CPT];
+	int			cnt[CPT];
+
+#pragma unroll
+	for (int u = 0; u < CPT; u++)
+	{
+		acc[u] = 0.0;
+		cnt[u] = 0;
+	}
+
+	double		est = 0.0;
+	int			moved = 0,
+				nexact = 0;
+
+	/* the rows of a tile, in registers: row = base + r * NT + tid */
+	float4		xr[R][DP / 4];
+	int			old[R];
+	float		wr[R];
+
+	kmg_narrow_load<DP, R>(tid, a, r0, r1, iter, xr, old, wr);
+	for (int64_t base = r0; base < r1; base += TR)
+	{
+		int			lab[R];
+		float		f1[R],
+					f2[R],
+					xx[R];
+		int			b[R];
+
+		__syncthreads();		/* the last tile's sums are done with it */
+		kmg_narrow_stage_rows<DP, R>(tid, a, sm, xr, wr, xx);
+		kmg_narrow_filter<DP, KB, R>(sm, xr, f1, f2, b);
+		kmg_narrow_settle<DP, R>(tid, a, sm, d, k, cosine, base, r1, iter, cmax, all_exact, xr, old,
+								 wr, xx, f1, f2, b, lab, est, moved, nexact);
+		if (!iter)
+		{
+			if (base + TR < r1)
+				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+			continue;
+		}
+		kmg_narrow_mark<KB, R>(tid, lane, warp, sm, k, lab);
+		/* the next tile's loads, in flight while the sums run */
+		if (base + TR < r1)
+			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+		__syncthreads();
+		kmg_narrow_order<KB, R>(tid, lane, warp, sm, k, lab, s_count, s_start);
+		kmg_narrow_sums<DP, CPT>(tid, a, sm, d, ncol, ncell, s_count, s_start, acc, cnt);
+	}
+
+	if (!iter)
+		return;
+	kmg_narrow_block_partial<CPT>(tid, lane, warp, a, sm, d, ncol, ncell, acc, cnt, est, moved,
+								  nexact);
+
+	/* the last block: the cluster sums, then the end of the iteration */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&a.ctl->ticket2, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	kmg_narrow_last_block(tid, lane, warp, a, sm, d, k, ncol, ncell);
+}
+
+/*
+ * The instances: padded width DP = 8, 16, 24, 32 x centroids of the
+ * unrolled loop KB = 4, 8, 16, 32 (rows per thread from DP).
+ */
+#define KMG_NARROW_ROW(DP) \
+	{kmg_narrow_kernel<DP, 4, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 8, kmg_narrow_rows(DP)>, \
+	 kmg_narrow_kernel<DP, 16, kmg_narrow_rows(DP)>, kmg_narrow_kernel<DP, 32, kmg_narrow_rows(DP)>}
+
+static const kmg_fused_fn kmg_narrow_table[4][4] = {
+	KMG_NARROW_ROW(8), KMG_NARROW_ROW(16), KMG_NARROW_ROW(24), KMG_NARROW_ROW(32)
+};
+
+/*
+ * The instance for rows of dp padded floats and k centroids (the smallest
+ * KB >= k), its threads, blocks per SM (its launch bounds), KB and shared
+ * memory; NULL when none is compiled for the shape.
+ */
+kmg_fused_fn
+kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb, size_t *smem)
+{
+	const int	i = dp / 8 - 1;
+	const int	j = k <= 4 ? 0 : k <= 8 ? 1 : k <= 16 ? 2 : 3;
+
+	if (dp % 8 != 0 || i < 0 || i > 3 || k < 1 || k > 32)
+		return NULL;
+	*threads = KMG_NARROW_NT;
+	*per_sm = KMG_NARROW_BPS;
+	*kb = 4 << j;
+	*smem = kmg_narrow_layout_of(dp, *kb, kmg_narrow_rows(dp)).total;
+	return kmg_narrow_table[i][j];
+}
+
+/*
+ * Bytes of a->nfix for k clusters of d columns: kmg_narrow_fixwords words,
+ * zero before the first pass (each pass leaves them zero).
+ */
+size_t
+kmg_narrow_fix_bytes(int k, int d)
+{
+	return (size_t) kmg_narrow_fixwords(k, d) * sizeof(unsigned long long);
+}

@@ -1,0 +1,316 @@
+/*
+ * kmg_device.cuh
+ *	  The device helpers every kernel family of the CUDA engine shares, each
+ *	  under one name.
+ *
+ *	- the exact distance on the device: km_exact_cost's steps over padded
+ *	  rows (kmg_exact_step, kmg_exact_finish) and the chain with its loads
+ *	  ahead of the dependent adds (kmg_chain4);
+ *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
+ *	  kmg_cp16_commit, kmg_cp16_wait);
+ *	- argmin in one order everywhere: the smaller cost, ties to the lower
+ *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
+ *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
+ *	  kmg_fix_decode, kmg_fix_warp_sum) and integer block counts
+ *	  (kmg_block_add_int).
+ *
+ * The functions shared with host code and the C references (km_exact.h,
+ * km_fixsum.h, km_hash.h) are declared with KM_HD (include/km_hd.h); what
+ * is here exists on the device only.
+ */
+#ifndef KMG_DEVICE_CUH
+#define KMG_DEVICE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "km_exact.h"
+#include "km_fixsum.h"
+
+/* ---- the exact distance ---- */
+
+/*
+ * One step of km_exact_cost's chain (kmg_exact_step) and its end
+ * (kmg_exact_finish), for rows padded with zeros to dp columns and read 16
+ * bytes at a time: the steps past d add (0 - 0)^2 or 0 * 0 to the running
+ * sum, which leaves every bit as it was (cosine: a -0 sum may turn +0, and
+ * 1 - 0 / |c| is 1 either way), so the result is km_exact_cost's exactly.
+ */
+__device__ __forceinline__ void
+kmg_exact_step(double &s, float x, float c, int cosine)
+{
+	if (cosine)
+		s = km_dadd(s, km_dmul((double) x, (double) c));
+	else
+	{
+		const double t = km_dadd((double) x, -(double) c);
+
+		s = km_dadd(s, km_dmul(t, t));
+	}
+}
+
+__device__ __forceinline__ double
+kmg_exact_finish(double s, double cnorm, int cosine)
+{
+	if (cosine)
+	{
+		const double cost = km_dadd(1.0, -km_ddiv(s, cnorm));
+
+		return cost > 0.0 ? cost : 0.0;
+	}
+	return s;
+}
+
+/*
+ * The same chain with the loads of the next 4 x 16 bytes in flight while the
+ * current ones are summed (the chain is a run of dependent double adds; the
+ * loads are not, and in a plain loop each one would wait on its own load).
+ * x and c may be global or shared; q4 float4 steps.
+ */
+__device__ __forceinline__ double
+kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
+{
+	float4		xa[4],
+				ca[4],
+				xb[4],
+				cb[4];
+	double		s = 0.0;
+	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+	{
+		xa[u] = u < q4 ? x4[u] : z;
+		ca[u] = u < q4 ? c4[u] : z;
+	}
+	for (int q0 = 0; q0 < q4; q0 += 4)
+	{
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			const int	q = q0 + 4 + u;
+
+			xb[u] = q < q4 ? x4[q] : z;
+			cb[u] = q < q4 ? c4[q] : z;
+		}
+		/* zero padding past q4 leaves the sum as it is (see kmg_exact_step) */
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			kmg_exact_step(s, xa[u].x, ca[u].x, cosine);
+			kmg_exact_step(s, xa[u].y, ca[u].y, cosine);
+			kmg_exact_step(s, xa[u].z, ca[u].z, cosine);
+			kmg_exact_step(s, xa[u].w, ca[u].w, cosine);
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			xa[u] = xb[u];
+			ca[u] = cb[u];
+		}
+	}
+	return kmg_exact_finish(s, cnorm, cosine);
+}
+
+/* ---- cp.async ---- */
+
+/*
+ * 16 bytes global -> shared without passing through registers (cp.async, L2
+ * only): the copies cannot be sunk to their first use as plain loads can,
+ * so a batch of them is really in flight together.  kmg_cp16_wait(n): wait
+ * until at most n committed groups of this thread are still in flight (the
+ * data is then visible to this thread; others need a barrier).
+ */
+__device__ __forceinline__ void
+kmg_cp16(void *smem, const void *gmem)
+{
+	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"::"r"(s), "l"(gmem):"memory");
+}
+
+__device__ __forceinline__ void
+kmg_cp16_commit()
+{
+	asm volatile("cp.async.commit_group;\n"::);
+}
+
+template <int N>
+__device__ __forceinline__ void
+kmg_cp16_wait()
+{
+	asm volatile("cp.async.wait_group %0;\n"::"n"(N):"memory");
+}
+
+/*
+ * kmg_cp16 that copies src_bytes (16 or 0) and fills the rest of the 16
+ * bytes with zeros: rows past the end of a tile land as zeros, with no
+ * branch around the copy (gmem must still be a valid address).
+ */
+__device__ __forceinline__ void
+kmg_cp16_zfill(void *smem, const void *gmem, int src_bytes)
+{
+	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
+}
+
+/* kmg_cp16_wait for a count known only at run time (n = 1, 2, or 3 and more). */
+__device__ __forceinline__ void
+kmg_cp16_wait_n(int n)
+{
+	if (n <= 1)
+		kmg_cp16_wait<1>();
+	else if (n == 2)
+		kmg_cp16_wait<2>();
+	else
+		kmg_cp16_wait<3>();
+}
+
+/* ---- argmin: the smaller cost, ties to the lower index ---- */
+
+/*
+ * (c, j) comes before (c2, j2): the smaller cost, and on equal costs the
+ * lower index.  Every argmin of the engine (labels, exact settling, the
+ * k-means++ keys with their rows) uses this order, so the answer does not
+ * depend on which thread or block saw a candidate first.  A macro, so that
+ * in an if it stays the plain short-circuit condition; as a function
+ * returning bool it cost kmg_direct_kernel<12,4> 28 bytes of spills and
+ * kmg_exact_kernel<8> 22 registers (ptxas -v, sm_90).
+ */
+#define KMG_BEFORE(c, j, c2, j2) ((c) < (c2) || ((c) == (c2) && (j) < (j2)))
+
+/*
+ * KMG_BEFORE for (key, row) pairs of k-means++, as the function the unit
+ * was tuned with: its operands are often entries of the thread's candidate
+ * list in local memory, which a function reads once where the macro names
+ * them twice.  With the macro, kmg_pp_unit_kernel<24> grew by 6.5 KB of
+ * code and <8> changed its spills (sm_90, against the flat layout's
+ * seed.cu); with the function, the unit keeps its spills and its code size
+ * within about 1 %.
+ */
+__device__ __forceinline__ bool
+kmg_before(double key, int row, double key2, int row2)
+{
+	return KMG_BEFORE(key, row, key2, row2);
+}
+
+/*
+ * The least (c, j) over W lanes of a warp (the lanes of mask, W = 32 or a
+ * power-of-two group of them), in KMG_BEFORE's order: a butterfly, so every
+ * lane of the group ends with the same answer.
+ */
+template <int W = 32>
+__device__ __forceinline__ void
+kmg_warp_argmin(double &c, int &j, unsigned mask = 0xffffffffu)
+{
+#pragma unroll
+	for (int o = W / 2; o > 0; o >>= 1)
+	{
+		const double oc = __shfl_xor_sync(mask, c, o);
+		const int	oj = __shfl_xor_sync(mask, j, o);
+
+		if (KMG_BEFORE(oc, oj, c, j))
+		{
+			c = oc;
+			j = oj;
+		}
+	}
+}
+
+/*
+ * The least of n pairs (cs[i * stride], js[i * stride]) in KMG_BEFORE's
+ * order, by one thread: the per-warp answers a block left in shared memory
+ * (stride: the rows each warp answered for), or a row's per-chunk answers.
+ */
+__device__ __forceinline__ void
+kmg_argmin_strided(const double *cs, const int *js, int n, int stride, double &c, int &j)
+{
+	c = cs[0];
+	j = js[0];
+	for (int i = 1; i < n; i++)
+		if (KMG_BEFORE(cs[i * stride], js[i * stride], c, j))
+		{
+			c = cs[i * stride];
+			j = js[i * stride];
+		}
+}
+
+/* ---- order-free sums ---- */
+
+/*
+ * A double as a 128-bit two's-complement fixed-point integer (its magnitude
+ * times 2^shift, truncated, then the sign), added with two integer atomics
+ * (the carry of the low word into the high one is exact whatever the
+ * order), so sums of such terms do not depend on the order of the
+ * additions.  |v| 2^shift must stay below 2^124.  (The magnitude first:
+ * splitting a small negative t as h 2^64 + l would need 64 bits of l.)
+ */
+__device__ __forceinline__ void
+kmg_fix_atomic(unsigned long long *acc, double v, int shift)
+{
+	if (v == 0.0)
+		return;
+
+	const double t = floor(ldexp(fabs(v), shift));
+	const double h = floor(ldexp(t, -64));
+	const double l = t - ldexp(h, 64);	/* exact: t's low bits, in [0, 2^64) */
+	unsigned long long lo = (unsigned long long) l;
+	unsigned long long hi = (unsigned long long) h;
+
+	if (v < 0.0)
+	{
+		lo = ~lo + 1ull;
+		hi = ~hi + (lo == 0ull ? 1ull : 0ull);
+	}
+
+	const unsigned long long old = atomicAdd(&acc[0], lo);
+
+	atomicAdd(&acc[1], hi + (old + lo < lo ? 1ull : 0ull));
+}
+
+/* The double of such a sum (two roundings, the same bits every time). */
+__device__ __forceinline__ double
+kmg_fix_decode(unsigned long long lo, unsigned long long hi, int shift)
+{
+	int			neg = (long long) hi < 0;
+	double		v;
+
+	if (neg)
+	{
+		/* two's complement: the magnitude */
+		lo = ~lo + 1ull;
+		hi = ~hi + (lo == 0ull ? 1ull : 0ull);
+	}
+	v = ldexp((double) hi, 64) + (double) lo;
+	v = ldexp(v, -shift);
+	return neg ? -v : v;
+}
+
+/* 128-bit integer (km_fix) sums across a warp: integer adds, any order. */
+__device__ __forceinline__ km_fix
+kmg_fix_warp_sum(km_fix f)
+{
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		km_fix		g;
+
+		g.hi = __shfl_xor_sync(0xffffffffu, f.hi, o);
+		g.lo = __shfl_xor_sync(0xffffffffu, f.lo, o);
+		km_fix_add(&f, g);
+	}
+	return f;
+}
+
+/* Sum of an int over the block into *out with one atomic per warp (order-free). */
+__device__ __forceinline__ void
+kmg_block_add_int(int v, int *out)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if ((threadIdx.x & 31) == 0 && v != 0)
+		atomicAdd(out, v);
+}
+
+#endif							/* KMG_DEVICE_CUH */

@@ -1,0 +1,1593 @@
+/*
+ * kmeanspp.cu
+ *	  Greedy k-means++ on the device, by the order-free sampling keys of
+ *	  km_hash.h (random.cu: the random init, by the same keys).
+ *
+ * Plain C reference: ref_seed in kernels/bench/ref_kmeans.c (the rules of
+ * src/engine/cpu_seed.c, the arithmetic of seed_pp.h), compared bit for bit
+ * by bench_engine.cu.
+ *
+ * k-means++ (greedy, L = 2 + (int) ln k candidates a step):
+ *	step 0:  the row with the smallest key under w;
+ *	step s:  the L smallest finite keys under w D2 (stream s) are the
+ *	         candidates (none finite: the smallest key under w); the one
+ *	         leaving the lowest potential sum w min(D2, d) wins (ties: the
+ *	         smaller key); D2 = min(D2, d to the winner).
+ * D2 and the potentials are seed_pp.h's: float chains (equal rows give 0),
+ * integer sums (order-free), so the seeds depend neither on the row order
+ * nor on how the rows are split over blocks.
+ *
+ * How a step runs: one launch of kmg_pp_unit_kernel ("a unit") per step,
+ * all state on the device.  A unit reads the state the previous one left,
+ * makes one pass over the rows and its last block decides the next state,
+ * so the host only queues units (in CUDA graphs) and reads a few bytes
+ * between batches, for progress and cancellation.  Unit kinds:
+ *	EVAL s:  candidates of step s known.  Per row: D2 <- min(D2, d(prev))
+ *	         (prev = the winner of step s - 1), d to each candidate, the
+ *	         potentials, and for each candidate l the keys the row would have
+ *	         at step s + 1 had l won (w min(D2, d_l), stream s + 1); rows
+ *	         with a key under the threshold tau = 16 L / potential go to a
+ *	         list per candidate (about 16 L rows expected, 1024 kept).  The
+ *	         last block picks the winner; the L smallest keys of its list are
+ *	         the next candidates when all L are under tau (then no row
+ *	         outside the list can beat them), else the next unit is a
+ *	         SELECT.  One pass a step, and no n x L distance buffer.
+ *	SELECT s: D2 <- min(D2, d(prev)), then the exact L smallest keys (per
+ *	         block, merged by the last block).  Runs at step 0 (keys under w),
+ *	         at step 1, and when a threshold missed (the potential dropped
+ *	         more than ~8x in one step, or fewer than L rows are left).
+ * Distances are exact in the float arithmetic above, but most need not be
+ * computed: only min(D2, d) matters, and d >= D2 is often certain from an
+ * int8 copy of the rows (the "shadow": fl(x - c0) * S rounded, S = 127 /
+ * max |x - c0|, built once per run after step 1).  With q = the shadow rows
+ * and r_x >= |S (x - c0) - q_x| (per row, stored), S |x - c| >=
+ * |q_x - q_c| - r_x - r_c, and |q_x - q_c|^2 is an exact integer (dp4a);
+ * when that bound puts d above D2 with a margin for the float rounding of
+ * d, min(D2, d) = D2 without computing d.  The rest (pairs of row and
+ * column) are computed exactly from the float rows.  Pruning never changes
+ * a result, only the work: a unit whose pairs were mostly unpruned makes
+ * the next 16 units dense (every distance, rows streamed once).
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "seed/seed.cuh"
+#include "seed/seed_pp.h"
+
+#include <limits.h>
+#include <math.h>
+
+#define KMG_PP_NT 128			/* threads of a unit = rows of a tile */
+#define KMG_PP_CAP 1024			/* entries of a candidate's key list */
+#define KMG_PP_CT 16.0			/* threshold tau = CT * L / potential */
+#define KMG_PP_DENSE_FRAC 0.06	/* unpruned share above which units go dense */
+#define KMG_PP_DENSE_UNITS 16
+#define KMG_PP_RS 36			/* floats per row of a dense stage (32 + pad) */
+#ifndef KMG_PP_XB
+#define KMG_PP_XB 2			/* filter: float4 loads a thread issues at once for the pairs */
+#endif
+
+/* ---- k-means++: state ---- */
+
+/* What a unit reads; only the last block of a unit writes it. */
+typedef struct kmg_pp_state
+{
+	kmg_pp_head h;
+	uint64_t	seed;
+	int			run;
+	int			shift;			/* potentials: terms times 2^shift (seed_pp.h) */
+	double		pscale;			/* 2^shift when a double holds it, else 0 */
+	float		fac;			/* filter: margin on D2 for the rounding of d */
+	int			has_prev;		/* fold column 0 (prev) into D2 first */
+	int			first;			/* prev is c0 and D2 is not set yet */
+	int			nod2;			/* step 0: keys under w alone */
+	int			ncand;
+	int			prev;			/* row of column 0 */
+	int			c0;
+	int			filter;			/* the shadow is built */
+	int			dense_left;		/* units to run dense before trying the filter */
+	float		qscale;			/* S */
+	float		qmax;			/* max |fl(x - c0)| (from the first SELECT) */
+	int			pad;
+	double		tau;			/* keys under this go to the lists */
+	double		phi;			/* potential of the current D2 */
+	int			cand[KMG_PP_LMAX];
+	double		ckey[KMG_PP_LMAX];
+} kmg_pp_state;
+
+/* What the blocks of a unit add up; the last block reads and clears it. */
+typedef struct kmg_pp_acc
+{
+	unsigned long long pot[KMG_PP_LMAX + 1];	/* [0]: sum w D2; [1 + l]: candidate l */
+	unsigned long long pairs;	/* exact distances of a filtered unit */
+	int			lcount[KMG_PP_LMAX];
+	unsigned int ticket;
+	unsigned int qmax_bits;
+} kmg_pp_acc;
+
+/* A block's smallest keys (SELECT units). */
+typedef struct kmg_pp_part
+{
+	double		key[KMG_PP_LMAX];
+	int			row[KMG_PP_LMAX];
+	double		fkey;			/* smallest key under w alone */
+	int			frow;
+	int			pad;
+} kmg_pp_part;
+
+typedef struct kmg_pp_args
+{
+	const float *X;				/* n x dp filter rows */
+	const float *W;
+	const uint64_t *hashes;
+	float	   *d2;
+	signed char *q8;			/* n x dq */
+	int		   *qn;
+	float	   *qr;
+	float	   *C;
+	double	   *lkey;
+	int		   *lrow;
+	kmg_pp_part *part;
+	kmg_pp_state *state;
+	kmg_pp_acc *acc;
+	int64_t		n;
+	int			d;
+	int			dp;
+	int			dq;				/* 0: no filter */
+	int			k;
+	int			L;
+} kmg_pp_args;
+
+int
+kmg_pp_dq(int dp)
+{
+	const int	dq = KMG_ROUND_UP(dp, 32);
+
+	return dq <= KMG_PP_QMAX ? dq : 0;
+}
+
+/* Device bytes of the small buffers (lists, parts, state, accumulators). */
+size_t
+kmg_pp_fixed_bytes(int nblocks, int L)
+{
+	return (size_t) L * KMG_PP_CAP * (sizeof(double) + sizeof(int)) +
+		(size_t) nblocks * sizeof(kmg_pp_part) + sizeof(kmg_pp_state) + sizeof(kmg_pp_acc) + 1024;
+}
+
+void
+kmg_pp_carve(kmg_seed_bufs *sb, char *base, int nblocks, int L)
+{
+	size_t		o = 0;
+
+	sb->lkey = (double *) (base + o);
+	o += (size_t) L * KMG_PP_CAP * sizeof(double);
+	sb->lrow = (int *) (base + o);
+	o += KMG_ROUND_UP((size_t) L * KMG_PP_CAP * sizeof(int), 256);
+	sb->part = base + o;
+	o += KMG_ROUND_UP((size_t) nblocks * sizeof(kmg_pp_part), 256);
+	sb->state = base + o;
+	o += KMG_ROUND_UP(sizeof(kmg_pp_state), 256);
+	sb->acc = base + o;
+	sb->nblocks = nblocks;
+	sb->L = L;
+}
+
+/* ---- k-means++: device helpers ---- */
+
+/* Block-wide minimum of (key, row) over the KMG_PP_NT threads; all get it. */
+__device__ void
+kmg_pp_block_min(double &key, int &row, double *skey, int *srow)
+{
+	const int	tid = threadIdx.x;
+
+	kmg_warp_argmin(key, row);
+	__syncthreads();
+	if ((tid & 31) == 0)
+	{
+		skey[tid >> 5] = key;
+		srow[tid >> 5] = row;
+	}
+	__syncthreads();
+	kmg_argmin_strided(skey, srow, KMG_PP_NT / 32, 1, key, row);
+}
+
+/* A potential term (seed_pp.h's kmg_pp_term, with the scale precomputed). */
+__device__ __forceinline__ unsigned long long
+kmg_pp_term_dev(float w, float m, const kmg_pp_state &st)
+{
+	if (st.pscale > 0.0)
+	{
+		/* w * m is exact; times a power of two, exact unless it leaves the range */
+		double		v = __dmul_rn(__dmul_rn((double) w, (double) m), st.pscale);
+
+		if (!(v >= 1.0))
+			return 0ull;
+		if (v > 0x1p62)
+			v = 0x1p62;
+		return __double2ull_rz(v);
+	}
+	return kmg_pp_term(w, m, st.shift);
+}
+
+/* What each thread of a unit carries over its rows. */
+template <int LB>
+struct kmg_pp_thr
+{
+	unsigned long long pot[LB + 1];
+	double		fk;
+	int			fr;
+	int			cnt;			/* SELECT: keys held */
+	float		amax;			/* first SELECT: max |x - c0| */
+	unsigned int pairs;
+};
+
+/*
+ * The end of one row (both pipelines): dist[0] = d to prev, dist[1 + l] = d
+ * to candidate l (+inf where the filter proved d >= D2, which gives the same
+ * minima).  w, d2o (D2 before this unit) and h (the row's hash, needed at
+ * step 0, in SELECT units and for the next keys) come from the caller, which
+ * can load them early.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_next,
+		   uint64_t stream, int64_t r, float w, float d2o, uint64_t h,
+		   const float (&dist)[LB + 1], kmg_pp_thr<LB> &t, double *lk, int *lr)
+{
+	if (!(w > 0.0f))
+		return;
+	if (st.nod2)
+	{
+		const double fk = km_sample_key(h, stream, (double) w);
+
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		{
+			t.fk = fk;
+			t.fr = (int) r;
+		}
+		return;
+	}
+
+	float		d2n = d2o;
+
+	if (st.has_prev)
+	{
+		d2n = dist[0] < d2o ? dist[0] : d2o;
+		if (d2n != d2o)
+			a.d2[r] = d2n;
+	}
+	t.pot[0] += kmg_pp_term_dev(w, d2n, st);
+	if (select)
+	{
+		const double key = km_sample_key(h, stream, (double) w * (double) d2n);
+		const double fk = km_sample_key(h, stream, (double) w);
+		const int	L = a.L;
+
+		if (isfinite(key) && (t.cnt < L || kmg_before(key, (int) r, lk[L - 1], lr[L - 1])))
+		{
+			int			p = t.cnt < L ? t.cnt++ : L - 1;
+
+			while (p > 0 && kmg_before(key, (int) r, lk[p - 1], lr[p - 1]))
+			{
+				lk[p] = lk[p - 1];
+				lr[p] = lr[p - 1];
+				p--;
+			}
+			lk[p] = key;
+			lr[p] = (int) r;
+		}
+		if (kmg_before(fk, (int) r, t.fk, t.fr))
+		{
+			t.fk = fk;
+			t.fr = (int) r;
+		}
+		return;
+	}
+
+	{
+		float		m[LB];
+
+#pragma unroll
+		for (int l = 0; l < LB; l++)
+			if (l < st.ncand)
+			{
+				m[l] = dist[1 + l] < d2n ? dist[1 + l] : d2n;
+				t.pot[1 + l] += kmg_pp_term_dev(w, m[l], st);
+			}
+		if (keys_next)
+		{
+			const double u = km_uniform(h, stream);
+			const double xd = st.tau * (double) w * (double) d2n;
+
+			/*
+			 * Every key of this row is at least -ln(u) / (w D2); when u <=
+			 * exp(-1.01 tau w D2) (less a margin for the float exp), none is
+			 * under tau.  Only ~16 L rows a candidate get past this.
+			 */
+			if (xd > 0.0 && u > (double) (__expf((float) (-1.01 * xd)) * 0.9999f))
+			{
+#pragma unroll
+				for (int l = 0; l < LB; l++)
+					if (l < st.ncand)
+					{
+						const double key = km_sample_key(h, stream, (double) w * (double) m[l]);
+
+						if (key < st.tau)
+						{
+							const int	i = atomicAdd(&a.acc->lcount[l], 1);
+
+							if (i < KMG_PP_CAP)
+							{
+								a.lkey[(size_t) l * KMG_PP_CAP + i] = key;
+								a.lrow[(size_t) l * KMG_PP_CAP + i] = (int) r;
+							}
+						}
+					}
+			}
+		}
+	}
+}
+
+/* kmg_pp_row with the row's own values loaded here (step 0, dense units). */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_row_ld(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_next,
+			  uint64_t stream, int64_t r, const float (&dist)[LB + 1], kmg_pp_thr<LB> &t,
+			  double *lk, int *lr)
+{
+	const float w = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+
+	if (!(w > 0.0f))
+		return;
+
+	const uint64_t h = st.nod2 || select || keys_next ? __ldg(a.hashes + r) : 0ull;
+	const float d2o = st.nod2 || st.first ? INFINITY : __ldcg(a.d2 + r);
+
+	kmg_pp_row<LB>(a, st, select, keys_next, stream, r, w, d2o, h, dist, t, lk, lr);
+}
+
+/* Shared memory of a unit (dynamic part), bytes. */
+static size_t
+kmg_pp_smem_bytes(int lb, int dp, int dq)
+{
+	const int	nc = lb + 1;
+	const size_t dense = 2 * (size_t) (KMG_PP_NT * KMG_PP_RS + nc * 32) * sizeof(float);
+	size_t		filt = 0;
+
+	if (dq > 0)
+		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * (dp + 4) * sizeof(float) +
+			(size_t) nc * dq + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
+	/* the last block reuses it for the merge's heads (one int a block: kmg_pp_prepare) */
+	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 64;
+}
+
+/* ---- k-means++: the unit's stages ---- */
+
+/*
+ * Step 0 (no D2 yet): every row of this block's tiles offers its key under
+ * w alone (kmg_pp_row: the smallest is kept).
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_nod2(int tid, const kmg_pp_args &a, const kmg_pp_state &st, int select,
+				 uint64_t stream, int64_t mine, int64_t n, kmg_pp_thr<LB> &t, double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+
+	const float dist[NC] = {};
+
+	for (int64_t ti = 0; ti < mine; ti++)
+	{
+		const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
+
+		if (r < n)
+			kmg_pp_row_ld<LB>(a, st, select, 0, stream, r, dist, t, lk, lr);
+	}
+}
+
+/*
+ * Dense rows: slabs of 32 floats of 128 rows (and of the columns), two
+ * stages of cp.async; a thread owns a row and carries its NC x 4 chains
+ * across the slabs, then ends the row (kmg_pp_row_ld).  The first SELECT
+ * also measures max |x - c0| for the shadow's scale.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigned char *smem,
+				  const int *colrow, unsigned int cmask, int select, int keys_next,
+				  uint64_t stream, int64_t mine, int64_t n, int dp, kmg_pp_thr<LB> &t,
+				  double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+	const int	nslab = (dp + 31) >> 5;
+	const int64_t K = mine * nslab;
+	const int	SLOT = KMG_PP_NT * KMG_PP_RS + NC * 32;
+	float	   *ring = reinterpret_cast<float *>(smem);
+	float		acc[NC][4];
+
+	auto stage = [&](int64_t kk) {
+		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+		const int	j = (int) (kk % nslab);
+		float	   *dst = ring + (kk & 1) * SLOT;
+
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+		{
+			const int	c = tid + KMG_PP_NT * u;
+			const int	i = c >> 3,
+						q = c & 7;
+			const int64_t r = tile * KMG_PP_NT + i;
+			const int	col = 32 * j + 4 * q;
+			const bool	ok = r < n && col < dp;
+
+			kmg_cp16_zfill(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
+						ok ? 16 : 0);
+		}
+		for (int c = tid; c < NC * 8; c += KMG_PP_NT)
+		{
+			const int	cc = c >> 3,
+						q = c & 7;
+			const int	col = 32 * j + 4 * q;
+			const bool	ok = ((cmask >> cc) & 1u) && col < dp;
+
+			kmg_cp16_zfill(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
+						ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
+		}
+	};
+
+	if (K > 0)
+		stage(0);
+	kmg_cp16_commit();
+	for (int64_t kk = 0; kk < K; kk++)
+	{
+		const int	j = (int) (kk % nslab);
+		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
+		const int64_t r = tile * KMG_PP_NT + tid;
+		const float *slot = ring + (kk & 1) * SLOT;
+		const float *xr = slot + tid * KMG_PP_RS;
+		const float *cs = slot + KMG_PP_NT * KMG_PP_RS;
+		const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
+		const bool	amax_on = st.first && r < n;
+
+		if (kk + 1 < K)
+			stage(kk + 1);
+		kmg_cp16_commit();
+		kmg_cp16_wait<1>();
+		__syncthreads();
+		if (j == 0)
+#pragma unroll
+			for (int c = 0; c < NC; c++)
+				acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			if (q < gn)
+			{
+				const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((cmask >> c) & 1u)
+					{
+						const float4 cv = *reinterpret_cast<const float4 *>(cs + c * 32 + 4 * q);
+
+						acc[c][0] = kmg_pp_step(acc[c][0], x.x, cv.x);
+						acc[c][1] = kmg_pp_step(acc[c][1], x.y, cv.y);
+						acc[c][2] = kmg_pp_step(acc[c][2], x.z, cv.z);
+						acc[c][3] = kmg_pp_step(acc[c][3], x.w, cv.w);
+						if (c == 0 && amax_on)
+							t.amax = fmaxf(t.amax,
+										   fmaxf(fmaxf(fabsf(__fsub_rn(x.x, cv.x)),
+													   fabsf(__fsub_rn(x.y, cv.y))),
+												 fmaxf(fabsf(__fsub_rn(x.z, cv.z)),
+													   fabsf(__fsub_rn(x.w, cv.w)))));
+					}
+			}
+		__syncthreads();
+		if (j == nslab - 1 && r < n)
+		{
+			float		dist[NC];
+
+#pragma unroll
+			for (int c = 0; c < NC; c++)
+				dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+			kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
+		}
+	}
+	kmg_cp16_wait<0>();
+}
+
+/*
+ * The filter's bound for one row of a tile against every column: the int8
+ * dot products (dp4a) with the columns' shadow rows, then the columns
+ * where S |x - c| >= sqrt(Dq) - (r_x + r_c) cannot put d above D2; returns
+ * the mask of those (the pairs that must be computed exactly).
+ */
+template <int LB>
+__device__ __forceinline__ unsigned int
+kmg_pp_tile_bounds(const kmg_pp_state &st, const signed char *xq, const signed char *colq,
+				   const int *cqn, const float *cqr, int dq, int nq, unsigned int cmask, float S,
+				   bool live, float wt, float d2o, int qx, float rx)
+{
+	constexpr int NC = LB + 1;
+	int			dot[NC];
+	unsigned int mask = 0;
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+		dot[c] = 0;
+	/*
+	 * Every column, active or not (an inactive one is zeros and its
+	 * test is skipped below): no branch in the loop, so the NC
+	 * chains of dp4a interleave.
+	 */
+#pragma unroll 1
+	for (int u = 0; u < nq; u++)
+	{
+		const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+		{
+			const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
+
+			dot[c] = __dp4a(x.x, cv.x, dot[c]);
+			dot[c] = __dp4a(x.y, cv.y, dot[c]);
+			dot[c] = __dp4a(x.z, cv.z, dot[c]);
+			dot[c] = __dp4a(x.w, cv.w, dot[c]);
+		}
+	}
+	if (live && wt > 0.0f)
+	{
+		/*
+		 * S |x - c| >= sqrt(Dq) - (r_x + r_c); d >= |x - c|^2 (1 - eps)
+		 * (fac covers 1 / (1 - eps)); prune when that puts d at or
+		 * above D2 with room for the float steps of this test.
+		 */
+		const float A = S * sqrtf(d2o * st.fac);
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			if ((cmask >> c) & 1u)
+			{
+				const float th = A + (rx + cqr[c]);
+				const int	dq2 = qx + cqn[c] - 2 * dot[c];
+
+				if (!((float) dq2 > th * th * 1.00001f))
+					mask |= 1u << c;
+			}
+	}
+	return mask;
+}
+
+/*
+ * The tile's unpruned (row, column) pairs listed row-major (a scan of the
+ * masks), then computed exactly, 32 pairs at a time: their float rows
+ * staged in xs (KMG_PP_XB 16-byte loads a thread in flight), chain j of
+ * pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p into res.
+ * Returns this row's first slot in res; *total: the tile's pairs.
+ */
+template <int LB>
+__device__ __forceinline__ int
+kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t tile,
+				  unsigned int mask, int *wsum, int *ids, float *res, float *xs, const float *colf,
+				  int cs, int dp, int &total_out)
+{
+	constexpr int NC = LB + 1;
+	const int	cnt = __popc(mask);
+	int			incl = cnt;
+	int			base = 0,
+				total = 0;
+
+	for (int o = 1; o < 32; o <<= 1)
+	{
+		const int	v = __shfl_up_sync(0xffffffffu, incl, o);
+
+		if (lane >= o)
+			incl += v;
+	}
+	if (lane == 31)
+		wsum[warp] = incl;
+	__syncthreads();
+	for (int w = 0; w < KMG_PP_NT / 32; w++)
+	{
+		base += w < warp ? wsum[w] : 0;
+		total += wsum[w];
+	}
+	{
+		int			o = base + incl - cnt;
+
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			if ((mask >> c) & 1u)
+				ids[o++] = (tid << 5) | c;
+	}
+	__syncthreads();
+	for (int p0 = 0; p0 < total; p0 += 32)
+	{
+		const int	g4 = dp >> 2;
+		const int	np = total - p0 < 32 ? total - p0 : 32;
+		const int	items = np * g4;
+
+		/* the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight */
+		for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
+		{
+			float4		v[KMG_PP_XB];
+			int			at[KMG_PP_XB];
+
+#pragma unroll
+			for (int u = 0; u < KMG_PP_XB; u++)
+			{
+				const int	it = b + u * KMG_PP_NT + tid;
+
+				at[u] = -1;
+				if (it < items)
+				{
+					const int	p = it / g4,
+								g = it - p * g4;
+					const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + p] >> 5);
+
+					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + g);
+					at[u] = p * cs + 4 * g;
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < KMG_PP_XB; u++)
+				if (at[u] >= 0)
+					*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
+		}
+		__syncthreads();
+
+		/* chain j of pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p */
+		{
+			const int	p = tid >> 2,
+						j = tid & 3;
+			float		acc = 0.0f;
+
+			if (p < np)
+			{
+				const float *xr = xs + p * cs;
+				const float *cr = colf + (ids[p0 + p] & 31) * cs;
+
+#pragma unroll 8
+				for (int i = j; i < dp; i += 4)
+					acc = kmg_pp_step(acc, xr[i], cr[i]);
+			}
+
+			const float a1 = __shfl_down_sync(0xffffffffu, acc, 1);
+			const float a2 = __shfl_down_sync(0xffffffffu, acc, 2);
+			const float a3 = __shfl_down_sync(0xffffffffu, acc, 3);
+
+			if (j == 0 && p < np)
+				res[p0 + p] = kmg_pp_join(acc, a1, a2, a3);
+		}
+		if (p0 + 32 < total)
+			__syncthreads();
+	}
+	total_out = total;
+	return base + incl - cnt;
+}
+
+/*
+ * Filtered rows: int8 tiles (two stages, the columns in the first), dp4a
+ * against the columns' shadow rows, the bound test, then the unpruned
+ * (row, column) pairs of the tile exactly.  Each wait on memory overlaps
+ * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before the
+ * wait for its tile and arrive under the dp4a, its hash before the pairs;
+ * the pairs' float rows are loaded together, 32 pairs at a time, into the
+ * tile's stage (free once the bounds are known), and four lanes a pair run
+ * the four chains from shared memory (one thread a pair walking its row in
+ * global memory was eight dependent round trips a tile).
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
+					 unsigned char *smem, const int *colrow, int *cqn, float *cqr, int *wsum,
+					 unsigned int cmask, int select, int keys_next, uint64_t stream, int64_t mine,
+					 int64_t n, int dp, kmg_pp_thr<LB> &t, double *lk, int *lr)
+{
+	constexpr int NC = LB + 1;
+	const int	dq = a.dq;
+	const int	qs = dq + 16;
+	const int	nq = dq >> 4;
+	const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
+	signed char *qring = reinterpret_cast<signed char *>(smem);
+	float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
+	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);
+	int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
+	float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
+	const float S = st.qscale;
+
+	auto stage = [&](int64_t ti) {
+		const int64_t tile = blockIdx.x + ti * gridDim.x;
+		signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
+
+		for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
+		{
+			const int	i = c / nq,
+						q = c - i * nq;
+			const int64_t r = tile * KMG_PP_NT + i;
+			const bool	ok = r < n;
+
+			kmg_cp16_zfill(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
+						ok ? 16 : 0);
+		}
+	};
+
+	/* the columns (float rows, shadow rows) with the first tile; inactive ones zero */
+	for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
+	{
+		const int	c = i / (dp / 4),
+					g = i - c * (dp / 4);
+		const bool	ok = (cmask >> c) & 1u;
+
+		kmg_cp16_zfill(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
+					ok ? 16 : 0);
+	}
+	for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
+	{
+		const int	c = i / (dq / 16),
+					g = i - c * (dq / 16);
+		const bool	ok = (cmask >> c) & 1u;
+
+		kmg_cp16_zfill(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
+					ok ? 16 : 0);
+	}
+	if (tid < NC)
+	{
+		cqn[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qn + colrow[tid]) : 0;
+		cqr[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qr + colrow[tid]) : 0.0f;
+	}
+	if (mine > 0)
+		stage(0);
+	kmg_cp16_commit();
+	for (int64_t ti = 0; ti < mine; ti++)
+	{
+		const int64_t tile = blockIdx.x + ti * gridDim.x;
+		const int64_t r = tile * KMG_PP_NT + tid;
+		const bool	live = r < n;
+		const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
+		float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
+		float		wt = 0.0f,
+					d2o = 0.0f,
+					rx = 0.0f;
+		int			qx = 0;
+		uint64_t	h = 0;
+		unsigned int mask;
+
+		if (live)
+		{
+			wt = a.W != NULL ? __ldg(a.W + r) : 1.0f;
+			d2o = __ldcg(a.d2 + r);
+			qx = __ldcg(a.qn + r);
+			rx = __ldcg(a.qr + r);
+		}
+		if (ti + 1 < mine)
+			stage(ti + 1);
+		kmg_cp16_commit();
+		kmg_cp16_wait<1>();
+		__syncthreads();
+		mask = kmg_pp_tile_bounds<LB>(st, xq, colq, cqn, cqr, dq, nq, cmask, S, live, wt, d2o, qx,
+									  rx);
+		if (live && (select || keys_next))
+			h = __ldg(a.hashes + r);	/* arrives under the pairs */
+		__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
+
+		/* the tile's unpruned pairs, exactly */
+		{
+			int			total;
+			const int	o0 = kmg_pp_tile_pairs<LB>(tid, lane, warp, a, tile, mask, wsum, ids, res,
+												   xs, colf, cs, dp, total);
+
+			t.pairs += tid == 0 ? (unsigned int) total : 0u;
+			__syncthreads();
+			if (live)
+			{
+				float		dist[NC];
+				int			o = o0;
+
+#pragma unroll
+				for (int c = 0; c < NC; c++)
+					if ((mask >> c) & 1u)
+						dist[c] = res[o++];
+					else
+						dist[c] = INFINITY;
+				kmg_pp_row<LB>(a, st, select, keys_next, stream, r, wt, d2o, h, dist, t, lk, lr);
+			}
+		}
+	}
+	kmg_cp16_wait<0>();
+}
+
+/*
+ * The block's sums (potentials, added as integers), the first SELECT's max
+ * |x - c0| and the filtered pairs, into the unit's accumulators.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_block_sums(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
+				  unsigned long long (*sred)[LB + 1], float *samax, unsigned int *spairs,
+				  const kmg_pp_thr<LB> &t)
+{
+	constexpr int NC = LB + 1;
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+	{
+		unsigned long long v = t.pot[c];
+
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0)
+			sred[warp][c] = v;
+	}
+	{
+		float		m = t.amax;
+		unsigned int pc = t.pairs;
+
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+			pc += __shfl_xor_sync(0xffffffffu, pc, o);
+		}
+		if (lane == 0)
+		{
+			samax[warp] = m;
+			spairs[warp] = pc;
+		}
+	}
+	__syncthreads();
+	if (tid < NC)
+	{
+		unsigned long long v = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+			v += sred[w][tid];
+		if (v != 0ull)
+			atomicAdd(&a.acc->pot[tid], v);
+	}
+	if (tid == 0)
+	{
+		float		m = 0.0f;
+		unsigned long long pc = 0;
+
+		for (int w = 0; w < KMG_PP_NT / 32; w++)
+		{
+			m = fmaxf(m, samax[w]);
+			pc += spairs[w];
+		}
+		if (st.first && m > 0.0f)
+			atomicMax(&a.acc->qmax_bits, __float_as_uint(m));
+		if (pc != 0ull)
+			atomicAdd(&a.acc->pairs, pc);
+	}
+}
+
+/*
+ * A SELECT unit's block: its L smallest keys under w D2 (the heads of the
+ * threads' sorted lists popped L times) and its smallest key under w, into
+ * its kmg_pp_part.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_block_select(int tid, const kmg_pp_args &a, const kmg_pp_state &st, double *skey,
+					int *srow, const kmg_pp_thr<LB> &t, const double *lk, const int *lr)
+{
+	/* the block's L smallest keys: pop the heads L times; then under w */
+	kmg_pp_part *out = a.part + blockIdx.x;
+	int			head = 0;
+	const int	Ls = st.nod2 ? 0 : a.L;
+
+	for (int l = 0; l < Ls; l++)
+	{
+		double		key = head < t.cnt ? lk[head] : INFINITY;
+		int			row = head < t.cnt ? lr[head] : INT_MAX;
+		const int	me = row;
+
+		kmg_pp_block_min(key, row, skey, srow);
+		if (row == me && head < t.cnt && row != INT_MAX)
+			head++;
+		if (tid == 0)
+		{
+			out->key[l] = key;
+			out->row[l] = row;
+		}
+	}
+	{
+		double		key = t.fk;
+		int			row = t.fr;
+
+		kmg_pp_block_min(key, row, skey, srow);
+		if (tid == 0)
+		{
+			out->fkey = key;
+			out->frow = row;
+		}
+	}
+}
+
+/* The last block of step 0: the row with the smallest key under w (none with w > 0: row 0). */
+__device__ __forceinline__ void
+kmg_pp_first_row(int tid, const kmg_pp_args &a, int &s_row)
+{
+	/* step 0: the smallest key under w (no row with w > 0: row 0) */
+	if (tid == 0)
+	{
+		double		key = INFINITY;
+		int			row = INT_MAX;
+
+		for (int b = 0; b < (int) gridDim.x; b++)
+		{
+			const double fk = __ldcg(&a.part[b].fkey);
+			const int	fr = __ldcg(&a.part[b].frow);
+
+			if (kmg_before(fk, fr, key, row))
+			{
+				key = fk;
+				row = fr;
+			}
+		}
+		s_row = row == INT_MAX ? 0 : row;
+	}
+}
+
+/*
+ * The last block of a SELECT unit: the L smallest finite keys over the
+ * blocks' sorted lists (none: the smallest key under w) into newkey and
+ * newrow; returns how many (in thread 0).
+ */
+__device__ __forceinline__ int
+kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, unsigned char *smem,
+					double *skey, int *srow, int *wsum, double *newkey, int *newrow)
+{
+	int		   *heads = reinterpret_cast<int *>(smem);
+	int			nnew = 0;
+
+	/* the L smallest over the blocks' sorted lists (finite keys only) */
+	for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+		heads[b] = 0;
+	__syncthreads();
+	for (int l = 0; l < L; l++)
+	{
+		double		key = INFINITY;
+		int			row = INT_MAX;
+		int			blk = -1;
+
+		for (int b = tid; b < (int) gridDim.x; b += KMG_PP_NT)
+		{
+			const int	h = heads[b];
+
+			if (h < L)
+			{
+				const double kb = __ldcg(&a.part[b].key[h]);
+				const int	rb = __ldcg(&a.part[b].row[h]);
+
+				if (kmg_before(kb, rb, key, row))
+				{
+					key = kb;
+					row = rb;
+					blk = b;
+				}
+			}
+		}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			const double ok = __shfl_xor_sync(0xffffffffu, key, o);
+			const int	orow = __shfl_xor_sync(0xffffffffu, row, o);
+			const int	ob = __shfl_xor_sync(0xffffffffu, blk, o);
+
+			if (kmg_before(ok, orow, key, row))
+			{
+				key = ok;
+				row = orow;
+				blk = ob;
+			}
+		}
+		if (lane == 0)
+		{
+			skey[warp] = key;
+			srow[warp] = row;
+			wsum[warp] = blk;
+		}
+		__syncthreads();
+		if (tid == 0)
+		{
+			key = skey[0];
+			row = srow[0];
+			blk = wsum[0];
+			for (int w = 1; w < KMG_PP_NT / 32; w++)
+				if (kmg_before(skey[w], srow[w], key, row))
+				{
+					key = skey[w];
+					row = srow[w];
+					blk = wsum[w];
+				}
+			if (blk >= 0)
+				heads[blk]++;
+			if (row != INT_MAX && isfinite(key))
+			{
+				newkey[nnew] = key;
+				newrow[nnew] = row;
+				nnew++;
+			}
+		}
+		__syncthreads();
+	}
+	if (tid == 0 && nnew == 0)
+	{
+		/* no finite key: the smallest key under w (none: row 0) */
+		double		key = INFINITY;
+		int			row = INT_MAX;
+
+		for (int b = 0; b < (int) gridDim.x; b++)
+		{
+			const double fk = __ldcg(&a.part[b].fkey);
+			const int	fr = __ldcg(&a.part[b].frow);
+
+			if (kmg_before(fk, fr, key, row))
+			{
+				key = fk;
+				row = fr;
+			}
+		}
+		newkey[0] = key;
+		newrow[0] = row == INT_MAX ? 0 : row;
+		nnew = 1;
+	}
+	return nnew;
+}
+
+/*
+ * The last block of an EVAL unit: the candidate with the lowest potential
+ * wins (ties: the earlier), and when all L smallest keys of the winner's
+ * list are under tau (no row outside it can beat them), they are the next
+ * step's candidates; returns L then, else 0 (the next unit is a SELECT).
+ */
+__device__ __forceinline__ int
+kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st, int s,
+			int L, int &s_row, int &s_win, int &s_ok, double *newkey, int *newrow)
+{
+	int			nnew = 0;
+
+	/* EVAL: the lowest potential wins (ties: the earlier candidate) */
+	if (tid == 0)
+	{
+		int			best = 0;
+		unsigned long long bp = __ldcg(&a.acc->pot[1]);
+
+		for (int l = 1; l < st.ncand; l++)
+		{
+			const unsigned long long p = __ldcg(&a.acc->pot[1 + l]);
+
+			if (p < bp)
+			{
+				bp = p;
+				best = l;
+			}
+		}
+		s_win = best;
+		s_row = st.cand[best];
+		s_ok = 0;
+	}
+	__syncthreads();
+	if (s + 1 < a.k && warp == 0)
+	{
+		/* the next candidates: the L smallest of the winner's list, all under tau */
+		const int	win = s_win;
+		const int	cnt = __ldcg(&a.acc->lcount[win]);
+
+		if (cnt <= KMG_PP_CAP && cnt >= L)
+		{
+			double		mk[KMG_PP_LMAX];
+			int			mr[KMG_PP_LMAX];
+			int			mc = 0,
+						head = 0;
+			int			good = 1;
+
+			for (int j = lane; j < cnt; j += 32)
+			{
+				const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
+				const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
+
+				if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
+				{
+					int			p = mc < L ? mc++ : L - 1;
+
+					while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
+					{
+						mk[p] = mk[p - 1];
+						mr[p] = mr[p - 1];
+						p--;
+					}
+					mk[p] = key;
+					mr[p] = row;
+				}
+			}
+			for (int l = 0; l < L; l++)
+			{
+				double		key = head < mc ? mk[head] : INFINITY;
+				int			row = head < mc ? mr[head] : INT_MAX;
+				const int	me = row;
+
+				kmg_warp_argmin(key, row);
+				if (row == me && head < mc && row != INT_MAX)
+					head++;
+				if (!(key < st.tau) || row == INT_MAX)
+					good = 0;
+				if (lane == 0)
+				{
+					newkey[l] = key;
+					newrow[l] = row;
+				}
+			}
+			if (lane == 0)
+				s_ok = good;
+		}
+	}
+	__syncthreads();
+	nnew = s_ok ? L : 0;
+	return nnew;
+}
+
+/*
+ * The next state, by thread 0 of the last block: the filter's bookkeeping,
+ * the step and phase that follow (a new centroid, candidates, or a SELECT),
+ * and the unit's accumulators cleared.
+ */
+__device__ __forceinline__ void
+kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_filter,
+				  unsigned int cmask, int64_t n, int s, int L, int nnew, int s_row, int s_win,
+				  const double *newkey, const int *newrow)
+{
+	kmg_pp_state *o = &st;
+	const unsigned long long pairs = __ldcg(&a.acc->pairs);
+
+	/* the filter's bookkeeping (does not change any result) */
+	if (use_filter)
+	{
+		const int	ncol = __popc(cmask);
+
+		o->h.filtered++;
+		o->h.pairs_lo += (unsigned int) pairs;
+		if ((double) pairs > KMG_PP_DENSE_FRAC * (double) n * (double) (ncol > 0 ? ncol : 1))
+			o->dense_left = KMG_PP_DENSE_UNITS;
+	}
+	else if (!st.nod2)
+	{
+		o->h.dense++;
+		if (o->dense_left > 0)
+			o->dense_left--;
+	}
+	o->h.units++;
+
+	if (st.nod2)
+	{
+		o->c0 = s_row;
+		o->h.s = 1;
+		o->nod2 = 0;
+		o->has_prev = 1;
+		o->first = 1;
+		o->prev = s_row;
+		o->h.phase = KMG_PP_SELECT;
+		if (a.k == 1)
+			o->h.s = a.k;
+	}
+	else if (select)
+	{
+		const unsigned long long p0 = __ldcg(&a.acc->pot[0]);
+
+		if (st.first)
+			o->qmax = __uint_as_float(__ldcg(&a.acc->qmax_bits));
+		else
+			o->h.selects++;
+		o->first = 0;
+		o->has_prev = 0;
+		o->ncand = nnew;
+		for (int l = 0; l < nnew; l++)
+		{
+			o->cand[l] = newrow[l];
+			o->ckey[l] = newkey[l];
+		}
+		o->phi = kmg_pp_value(p0, st.shift);
+		o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+		o->h.phase = KMG_PP_EVAL;
+	}
+	else
+	{
+		const unsigned long long pw = __ldcg(&a.acc->pot[1 + s_win]);
+
+		o->h.s = s + 1;
+		o->prev = s_row;
+		o->has_prev = 1;
+		o->phi = kmg_pp_value(pw, st.shift);
+		if (s + 1 >= a.k)
+			o->h.s = a.k;
+		else if (nnew == L)
+		{
+			o->ncand = L;
+			for (int l = 0; l < L; l++)
+			{
+				o->cand[l] = newrow[l];
+				o->ckey[l] = newkey[l];
+			}
+			o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+			o->h.phase = KMG_PP_EVAL;
+		}
+		else
+		{
+			o->ncand = 0;
+			o->h.phase = KMG_PP_SELECT;
+		}
+	}
+
+	/* clear what the blocks add up */
+	for (int c = 0; c <= KMG_PP_LMAX; c++)
+		a.acc->pot[c] = 0ull;
+	for (int l = 0; l < KMG_PP_LMAX; l++)
+		a.acc->lcount[l] = 0;
+	a.acc->pairs = 0ull;
+	a.acc->qmax_bits = 0u;
+	a.acc->ticket = 0u;
+}
+
+/* ---- k-means++: the unit ---- */
+
+/*
+ * One unit (see the file header): the state in; this block's tiles of rows
+ * (step 0, dense or filtered); the block's sums and, in a SELECT, its
+ * smallest keys; then in the unit's last block the decision (step 0's
+ * row, the SELECT's merge of the blocks' keys, or the EVAL's winner and
+ * next candidates), the chosen row into the centroids, and the next state.
+ */
+template <int LB>
+__global__ void __launch_bounds__(KMG_PP_NT, LB <= 8 ? 4 : 2)
+kmg_pp_unit_kernel(kmg_pp_args a)
+{
+	extern __shared__ __align__(16) unsigned char smem[];
+	__shared__ kmg_pp_state st;
+	__shared__ int colrow[LB + 1];
+	__shared__ int cqn[LB + 1];
+	__shared__ float cqr[LB + 1];
+	__shared__ unsigned long long sred[KMG_PP_NT / 32][LB + 1];
+	__shared__ double skey[KMG_PP_NT / 32];
+	__shared__ int srow[KMG_PP_NT / 32];
+	__shared__ int wsum[KMG_PP_NT / 32];
+	__shared__ float samax[KMG_PP_NT / 32];
+	__shared__ unsigned int spairs[KMG_PP_NT / 32];
+	__shared__ int s_last;
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	constexpr int NC = LB + 1;
+
+	/* the state the previous unit left (only ever written by a last block) */
+	for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
+		reinterpret_cast<int *>(&st)[i] = __ldcg(reinterpret_cast<const int *>(a.state) + i);
+	__syncthreads();
+	if (st.h.s >= a.k)
+		return;
+
+	const int64_t n = a.n;
+	const int	dp = a.dp;
+	const int	select = st.h.phase == KMG_PP_SELECT;
+	const int	keys_next = !select && st.h.s + 1 < a.k;
+	const uint64_t stream = km_stream(st.seed, st.run, select ? st.h.s : st.h.s + 1);
+	const int	use_filter = st.filter && st.dense_left == 0 && !st.first && !st.nod2 &&
+		a.dq > 0;
+	unsigned int cmask = 0;		/* active columns */
+
+	if (!st.nod2)
+	{
+		if (st.has_prev)
+			cmask |= 1u;
+		if (!select)
+			for (int l = 0; l < st.ncand && l < LB; l++)
+				cmask |= 2u << l;
+	}
+	if (tid < NC)
+		colrow[tid] = tid == 0 ? st.prev : (tid - 1 < st.ncand ? st.cand[tid - 1] : 0);
+
+	kmg_pp_thr<LB> t;
+	double		lk[KMG_PP_LMAX];
+	int			lr[KMG_PP_LMAX];
+
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+		t.pot[c] = 0ull;
+	t.fk = INFINITY;
+	t.fr = INT_MAX;
+	t.cnt = 0;
+	t.amax = 0.0f;
+	t.pairs = 0;
+	__syncthreads();
+
+	const int64_t ntiles = (n + KMG_PP_NT - 1) / KMG_PP_NT;
+	const int64_t mine = (int64_t) blockIdx.x < ntiles
+		? (ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+
+	if (st.nod2)
+		kmg_pp_rows_nod2<LB>(tid, a, st, select, stream, mine, n, t, lk, lr);
+	else if (!use_filter)
+		kmg_pp_rows_dense<LB>(tid, a, st, smem, colrow, cmask, select, keys_next, stream, mine, n,
+							  dp, t, lk, lr);
+	else
+		kmg_pp_rows_filtered<LB>(tid, lane, warp, a, st, smem, colrow, cqn, cqr, wsum, cmask,
+								 select, keys_next, stream, mine, n, dp, t, lk, lr);
+
+	kmg_pp_block_sums<LB>(tid, lane, warp, a, st, sred, samax, spairs, t);
+	if (select)
+		kmg_pp_block_select<LB>(tid, a, st, skey, srow, t, lk, lr);
+
+	/* ---- the last block decides the next state ---- */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&a.acc->ticket, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+
+	{
+		__shared__ int s_row;
+		__shared__ int s_win;
+		__shared__ int s_ok;
+		__shared__ int newrow[KMG_PP_LMAX];
+		__shared__ double newkey[KMG_PP_LMAX];
+		const int	s = st.h.s;
+		const int	L = a.L;
+		int			nnew = 0;
+
+		if (st.nod2)
+			kmg_pp_first_row(tid, a, s_row);
+		else if (select)
+			nnew = kmg_pp_merge_select(tid, lane, warp, a, L, smem, skey, srow, wsum, newkey,
+									   newrow);
+		else
+			nnew = kmg_pp_eval(tid, lane, warp, a, st, s, L, s_row, s_win, s_ok, newkey, newrow);
+		__syncthreads();
+
+		/* the chosen row becomes centroid s (step 0 and EVAL units) */
+		if (st.nod2 || !select)
+		{
+			const float *x = a.X + (size_t) s_row * dp;
+			float	   *c = a.C + (size_t) s * dp;
+
+			for (int i = tid; i < dp; i += KMG_PP_NT)
+				c[i] = __ldg(x + i);
+		}
+
+		if (tid == 0)
+			kmg_pp_next_state(a, st, select, use_filter, cmask, n, s, L, nnew, s_row, s_win,
+							  newkey, newrow);
+		__syncthreads();
+		for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
+			reinterpret_cast<int *>(a.state)[i] = reinterpret_cast<const int *>(&st)[i];
+	}
+}
+
+/*
+ * The int8 shadow of the rows, centred on c0 (order-free: c0 is a row chosen
+ * by keys), S = 127 / max |fl(x - c0)|; per row |q|^2 and a bound on
+ * |S (x - c0) - q| (the rounding to int8 measured, plus the float steps:
+ * per value at most 2^-24 (|z| + S |x - c0|) <= 2^-24 * 255).  A warp per row.
+ */
+__global__ void
+kmg_pp_shadow_kernel(kmg_pp_args a)
+{
+	const int	lane = threadIdx.x & 31;
+	const int64_t warp0 = ((int64_t) blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const int64_t nwarps = ((int64_t) gridDim.x * blockDim.x) >> 5;
+	const kmg_pp_state *st = a.state;
+	const float M = __ldcg(&st->qmax);
+	const float S = M > 0.0f ? 127.0f / M : 1.0f;
+	const int	c0 = __ldcg(&st->c0);
+	const int	dp = a.dp,
+				dq = a.dq;
+	const float *c = a.X + (size_t) c0 * dp;
+
+	if (__ldcg(&st->h.s) >= a.k || !isfinite(S) || !(S > 0.0f))
+		return;
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+	{
+		a.state->qscale = S;
+		a.state->filter = 1;
+	}
+	for (int64_t r = warp0; r < a.n; r += nwarps)
+	{
+		const float *x = a.X + (size_t) r * dp;
+		int			qn = 0;
+		double		R = 0.0;
+
+		for (int g = lane; g < dq / 4; g += 32)
+		{
+			int			q[4] = {0, 0, 0, 0};
+
+			if (4 * g < dp)
+			{
+				const float4 xv = __ldg(reinterpret_cast<const float4 *>(x) + g);
+				const float4 cv = __ldg(reinterpret_cast<const float4 *>(c) + g);
+				const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+				const float cs[4] = {cv.x, cv.y, cv.z, cv.w};
+
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+				{
+					const float z = __fmul_rn(__fsub_rn(xs[j], cs[j]), S);
+					float		v = rintf(z);
+
+					v = fminf(fmaxf(v, -127.0f), 127.0f);
+					q[j] = (int) v;
+					qn += q[j] * q[j];
+					R += (double) (z - v) * (double) (z - v);
+				}
+			}
+			reinterpret_cast<char4 *>(a.q8 + (size_t) r * dq)[g] =
+				make_char4((signed char) q[0], (signed char) q[1], (signed char) q[2], (signed char) q[3]);
+		}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			qn += __shfl_xor_sync(0xffffffffu, qn, o);
+			R += __shfl_xor_sync(0xffffffffu, R, o);
+		}
+		if (lane == 0)
+		{
+			a.qn[r] = qn;
+			a.qr[r] = __double2float_ru((sqrt(R) + 2e-5 * sqrt((double) a.d) + 1e-6) * (1.0 + 1e-6));
+		}
+	}
+}
+
+/* ---- k-means++: host side ---- */
+
+static kmg_pp_args
+kmg_pp_make_args(const kmg_args *a, const kmg_seed_bufs *sb)
+{
+	kmg_pp_args p;
+
+	p.X = a->X;
+	p.W = a->W;
+	p.hashes = sb->hashes;
+	p.d2 = sb->d2;
+	p.q8 = sb->q8;
+	p.qn = sb->qn;
+	p.qr = sb->qr;
+	p.C = a->C;
+	p.lkey = sb->lkey;
+	p.lrow = sb->lrow;
+	p.part = (kmg_pp_part *) sb->part;
+	p.state = (kmg_pp_state *) sb->state;
+	p.acc = (kmg_pp_acc *) sb->acc;
+	p.n = a->n;
+	p.d = a->d;
+	p.dp = a->dp;
+	p.dq = sb->q8 != NULL ? sb->dq : 0;
+	p.k = a->k;
+	p.L = sb->L;
+	return p;
+}
+
+static const void *
+kmg_pp_kernel_of(int lb)
+{
+	switch (lb)
+	{
+		case 4:
+			return (const void *) kmg_pp_unit_kernel<4>;
+		case 8:
+			return (const void *) kmg_pp_unit_kernel<8>;
+		case 12:
+			return (const void *) kmg_pp_unit_kernel<12>;
+		case 16:
+			return (const void *) kmg_pp_unit_kernel<16>;
+		default:
+			return (const void *) kmg_pp_unit_kernel<KMG_PP_LMAX>;
+	}
+}
+
+/*
+ * Once per fit: the candidate tile, shared memory and grid of the unit
+ * kernel (sb->L, sb->dq and sb->nblocks set).
+ */
+cudaError_t
+kmg_pp_prepare(kmg_seed_bufs *sb, int dp, int sms)
+{
+	const int	L = sb->L;
+	int			per_sm = 0;
+	const void *fn;
+	cudaError_t e;
+
+	sb->lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
+	sb->smem = kmg_pp_smem_bytes(sb->lb, dp, sb->q8 != NULL ? sb->dq : 0);
+	fn = kmg_pp_kernel_of(sb->lb);
+	if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+								  (int) sb->smem)) != cudaSuccess)
+		return e;
+	if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, KMG_PP_NT,
+														   sb->smem)) != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		per_sm = 1;
+	sb->grid = per_sm * sms;
+	if (sb->grid > sb->nblocks)
+		sb->grid = sb->nblocks;
+	if ((size_t) sb->grid * sizeof(int) > sb->smem)
+		sb->grid = (int) (sb->smem / sizeof(int));	/* the last block's heads fit */
+	if (sb->grid < 1)
+		sb->grid = 1;
+	return cudaSuccess;
+}
+
+/*
+ * The start of a run's k-means++: the state, step 0, the first SELECT (D2
+ * to c0, the candidates of step 1) and the shadow.  shift: the potentials'
+ * scale (seed_pp.h's kmg_pp_shift of the rows' max w and max |x|^2).
+ */
+cudaError_t
+kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run, int shift,
+			 cudaStream_t stream)
+{
+	kmg_pp_state st;
+	kmg_pp_args p = kmg_pp_make_args(a, sb);
+	const double eps = (double) (a->dp + 16) * 0x1p-24;
+	cudaError_t e;
+
+	memset(&st, 0, sizeof(st));
+	st.h.s = 0;
+	st.h.phase = KMG_PP_SELECT;
+	st.seed = seed;
+	st.run = run;
+	st.shift = shift;
+	st.pscale = shift >= -1000 && shift <= 1000 ? ldexp(1.0, shift) : 0.0;
+	st.fac = (float) (1.0 + 2.0 * eps + 1e-6);
+	st.nod2 = 1;
+	st.c0 = -1;
+	st.prev = 0;
+	if ((e = cudaMemcpyAsync(sb->state, &st, sizeof(st), cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+		(e = cudaMemsetAsync(sb->acc, 0, sizeof(kmg_pp_acc), stream)) != cudaSuccess ||
+		(e = kmg_pp_units(a, sb, 2, stream)) != cudaSuccess)
+		return e;
+	if (p.dq > 0)
+	{
+		int64_t		blocks = (a->n + 7) / 8;
+
+		if (blocks > (int64_t) 132 * 64)
+			blocks = (int64_t) 132 * 64;
+		kmg_pp_shadow_kernel<<<(unsigned) (blocks < 1 ? 1 : blocks), 256, 0, stream>>>(p);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
+
+/* count units, queued (graph capture friendly: plain launches). */
+cudaError_t
+kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count, cudaStream_t stream)
+{
+	const kmg_pp_args p = kmg_pp_make_args(a, sb);
+
+	for (int i = 0; i < count; i++)
+	{
+		switch (sb->lb)
+		{
+			case 4:
+				kmg_pp_unit_kernel<4><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 8:
+				kmg_pp_unit_kernel<8><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 12:
+				kmg_pp_unit_kernel<12><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			case 16:
+				kmg_pp_unit_kernel<16><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+			default:
+				kmg_pp_unit_kernel<KMG_PP_LMAX><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
+				break;
+		}
+		cudaError_t e = cudaGetLastError();
+
+		if (e != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
