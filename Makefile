@@ -24,7 +24,7 @@ REGRESS_OPTS = --load-extension=kmeans_gpu
 # -ffp-contract=off: km_exact.h must round every step the way the GPU does.
 # The CPU engine has its own fused distance kernel (src/engine/cpu_filter.c)
 # and needs no BLAS.
-PG_CPPFLAGS = -Iinclude -Ikernels/include
+PG_CPPFLAGS = -Isrc/include -Ikernels/include
 PG_CFLAGS = -ffp-contract=off -pthread
 SHLIB_LINK = -lpthread -lm
 
@@ -51,12 +51,12 @@ CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)
 CUDA_DIRS = driver prep assign update seed
 CUDA_SRCS = $(sort $(foreach d,$(CUDA_DIRS),$(wildcard kernels/$(d)/*.cu)))
 NVCCFLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off \
-	-Iinclude -Ikernels -Ikernels/include --cudart static $(CUDA_GENCODE)
+	-Isrc/include -Ikernels -Ikernels/include --cudart static $(CUDA_GENCODE)
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
 CUDA_SO = kmeans_gpu_cuda.so
 all: $(CUDA_SO)
-$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*/*.h kernels/*/*.cuh include/*.h)
+$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*/*.h kernels/*/*.cuh src/include/*.h)
 	$(NVCC) $(NVCCFLAGS) -shared -o $@ $(CUDA_SRCS)
 install: install-cuda
 install-cuda: $(CUDA_SO)
@@ -76,15 +76,15 @@ endif
 src/vector_input.o: CFLAGS += $(CFLAGS_VECTORIZE)
 
 # Every object depends on every header (PGXS tracks no header dependencies).
-$(OBJS): $(wildcard src/*.h src/engine/*.h include/*.h kernels/include/kmeans_gpu_cuda.h)
+$(OBJS): $(wildcard src/*.h src/engine/*.h src/include/*.h kernels/include/kmeans_gpu_cuda.h)
 
 # Standalone programs on the engine alone (no PostgreSQL).
-STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Iinclude -Isrc/engine
+STANDALONE_CFLAGS = -O2 -g -Wall -ffp-contract=off -pthread -Isrc/include -Isrc/engine
 
-test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src/engine/*.h include/*.h)
+test/bench/kmeans_bench: test/bench/kmeans_bench.c $(ENGINE_SRCS) $(wildcard src/engine/*.h src/include/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/bench/kmeans_bench.c $(ENGINE_SRCS) -lpthread -lm
 
-test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h include/*.h)
+test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h src/include/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/engine_test.c $(ENGINE_SRCS) -lpthread -lm
 
 test/engine/kmedoids_test: test/engine/kmedoids_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)

@@ -10,7 +10,7 @@
  * state larger than kmeans_gpu.spill_threshold travels as a temporary file
  * (spill.c), since a bytea is capped at 1 GB.
  *
- * Seeding is independent of row order (include/km_hash.h), so a parallel
+ * Seeding is independent of row order (src/include/km_hash.h), so a parallel
  * plan, which changes the order in which rows arrive, gives the same model
  * as a serial one for the same seed.
  */

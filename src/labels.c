@@ -3,7 +3,7 @@
  *	  Assignment to a fitted model: kmeans_assign(model, vec) for one row,
  *	  kmeans_labels(model, source, column_name, id_column) for a table.
  *
- * Both decide with the engines' exact rule (include/km_exact.h), so a
+ * Both decide with the engines' exact rule (src/include/km_exact.h), so a
  * row gets the same cluster from kmeans_assign, from kmeans_labels, and
  * from the fit that produced the model.
  */

@@ -220,7 +220,7 @@ kmeans_sweep(PG_FUNCTION_ARGS)
 
 		CHECK_FOR_INTERRUPTS();
 		opts.k = ks[i];
-		if (!KmRunFit(&scan.matrix, &opts, true, &fit))
+		if (!KmRunFit(&scan.matrix, NULL, &opts, true, &fit))
 			elog(ERROR, "kmeans_sweep lost its rows to a GPU failure; please report a bug");
 		olabels = palloc_extended(sizeof(int32) * (Size) scan.matrix.n, MCXT_ALLOC_HUGE);
 		for (int64 r = 0; r < scan.matrix.n; r++)

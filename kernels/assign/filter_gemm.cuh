@@ -14,7 +14,7 @@
  *		fbest[i]   = f_i,best
  *		fsecond[i] = min_{j != best} f_ij			(+INFINITY when k == 1)
  *
- * which is what km_filter_slack (include/km_exact.h) bounds: the caller
+ * which is what km_filter_slack (src/include/km_exact.h) bounds: the caller
  * settles rows whose fsecond - fbest is within the slack with the exact
  * distance.
  */

@@ -1,6 +1,6 @@
 /*
  * ref_kmeans.c
- *	  Plain C reference of the engine semantics (include/kmeans_engine.h,
+ *	  Plain C reference of the engine semantics (src/include/kmeans_engine.h,
  *	  the rules of src/engine/cpu_lloyd.c and cpu_seed.c), for the GPU
  *	  engine's harness (bench_engine.cu).
  *

@@ -15,7 +15,7 @@
  *	  (kmg_block_add_int).
  *
  * The functions shared with host code and the C references (km_exact.h,
- * km_fixsum.h, km_hash.h) are declared with KM_HD (include/km_hd.h); what
+ * km_fixsum.h, km_hash.h) are declared with KM_HD (src/include/km_hd.h); what
  * is here exists on the device only.
  */
 #ifndef KMG_DEVICE_CUH
