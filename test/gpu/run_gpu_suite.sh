@@ -48,7 +48,7 @@ count_tap devices "$out/devices.tap" 0
 export PGOPTIONS="-c kmeans_gpu.engine=gpu"
 
 echo "== pg_regress, engine gpu"
-tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v '^kmeans_gpu--' | sort)
+tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v -e '^kmeans_gpu--' -e '^kmeans_gpu_sharded--' | sort)
 "${PG_REGRESS:-pg_regress}" --inputdir="$root" --outputdir="$out/regress" \
 	--bindir="${PGBIN:-$(dirname "$(command -v psql)")}" \
 	--dbname=kmeans_gpu_regress --load-extension=kmeans_gpu $tests >"$out/regress.log" 2>&1
