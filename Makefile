@@ -95,10 +95,10 @@ test:
 	@test/scripts/run_tests.sh
 
 demo:
-	@test/scripts/run_demo.sh
+	@test/scripts/with_server.sh 55433 /usr/bin/python3 test/demo/fashion_mnist.py "$(CURDIR)/fashion_mnist_centroids.png"
 
 bench: test/bench/kmeans_bench
 	@test/bench/run_cpu_bench.sh
 
 bench-assign:
-	@test/bench/run_assign_bench.sh
+	@test/scripts/with_server.sh $${KM_TEST_PORT:-55434} /usr/bin/python3 test/bench/assign_bench.py

@@ -136,15 +136,6 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 				 errmsg("the weights of the rows sum to zero")));
 }
 
-static void
-ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
-}
-
 PG_FUNCTION_INFO_V1(kmeans_fit);
 
 /*
@@ -163,14 +154,14 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	Datum		model;
 	char	   *init;
 
-	ArgNotNull(fcinfo, 0, "source");
-	ArgNotNull(fcinfo, 1, "column_name");
-	ArgNotNull(fcinfo, 2, "k");
-	ArgNotNull(fcinfo, 3, "max_iter");
-	ArgNotNull(fcinfo, 4, "tol");
-	ArgNotNull(fcinfo, 5, "init");
-	ArgNotNull(fcinfo, 7, "metric");
-	ArgNotNull(fcinfo, 9, "n_init");
+	KmArgNotNull(fcinfo, 0, "source");
+	KmArgNotNull(fcinfo, 1, "column_name");
+	KmArgNotNull(fcinfo, 2, "k");
+	KmArgNotNull(fcinfo, 3, "max_iter");
+	KmArgNotNull(fcinfo, 4, "tol");
+	KmArgNotNull(fcinfo, 5, "init");
+	KmArgNotNull(fcinfo, 7, "metric");
+	KmArgNotNull(fcinfo, 9, "n_init");
 
 	KmOptionsDefaults(&opts);
 	opts.k = PG_GETARG_INT32(2);
@@ -193,7 +184,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 		KmOptionsSetEngine(&opts, text_to_cstring(PG_GETARG_TEXT_PP(11)));
 	if (PG_NARGS() > 12)
 	{
-		ArgNotNull(fcinfo, 12, "chain_length");
+		KmArgNotNull(fcinfo, 12, "chain_length");
 		opts.chain_length = PG_GETARG_INT32(12);
 	}
 	KmOptionsCheck(&opts);

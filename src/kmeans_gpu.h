@@ -68,6 +68,9 @@ typedef struct KmOptions
 
 extern void KmOptionsDefaults(KmOptions *opts);
 extern void KmOptionsFromJsonb(KmOptions *opts, Jsonb *options);
+extern void KmJsonbOptions(Jsonb *options, const char *what, const char *example,
+						   void (*set) (void *opts, const char *key, const JsonbValue *v),
+						   void *opts);
 extern void KmOptionsSetInit(KmOptions *opts, const char *init);
 extern void KmOptionsSetMetric(KmOptions *opts, const char *metric);
 extern void KmOptionsSetInitCentroids(KmOptions *opts, ArrayType *centroids);
@@ -76,6 +79,7 @@ extern void KmOptionsCheck(const KmOptions *opts);
 extern void KmOptionsCheckData(const KmOptions *opts, int64 n, int dim);
 extern void KmOptionsSetEngine(KmOptions *opts, const char *engine);
 extern KmEngineChoice KmOptionsEngine(const KmOptions *opts);
+extern void KmArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name);
 extern const char *KmMetricName(km_metric metric);
 extern int	KmMetricByName(const char *name);
 extern const char *KmInitName(km_init init);
@@ -208,6 +212,9 @@ typedef void (*KmScanRow) (void *arg, Datum *values, bool *nulls);
 
 extern void KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg);
 extern double KmEstimateRows(Oid relid);
+
+/* labels.c */
+extern void KmLabelsArgs(FunctionCallInfo fcinfo, KmScanSpec *spec);
 
 /* gpu.c: the CUDA engine, loaded on first use */
 struct km_gpu_api;

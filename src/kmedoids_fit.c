@@ -154,27 +154,16 @@ KmdSetOption(KmdOptions *opts, const char *key, const JsonbValue *v)
 	}
 }
 
+static void
+KmdSetOptionCallback(void *opts, const char *key, const JsonbValue *v)
+{
+	KmdSetOption((KmdOptions *) opts, key, v);
+}
+
 void
 KmdOptionsFromJsonb(KmdOptions *opts, Jsonb *options)
 {
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	char	   *key = NULL;
-
-	if (!JB_ROOT_IS_OBJECT(options))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("kmedoids options must be a jsonb object"),
-				 errhint("For example '{\"metric\": \"l1\", \"seed\": 1}'.")));
-	it = JsonbIteratorInit(&options->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (tok == WJB_KEY)
-			key = pnstrdup(v.val.string.val, v.val.string.len);
-		else if (tok == WJB_VALUE)
-			KmdSetOption(opts, key, &v);
-	}
+	KmJsonbOptions(options, "kmedoids", "{\"metric\": \"l1\", \"seed\": 1}", KmdSetOptionCallback, opts);
 }
 
 /* Checks that need no data. */
@@ -437,15 +426,6 @@ KmdFitRow(void *arg, Datum *values, bool *nulls)
 	scan->first_row_seen = true;
 }
 
-static void
-ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
-}
-
 PG_FUNCTION_INFO_V1(kmedoids_fit);
 
 /*
@@ -464,15 +444,15 @@ kmedoids_fit(PG_FUNCTION_ARGS)
 	MemoryContext rows_context;
 	Datum		model;
 
-	ArgNotNull(fcinfo, 0, "source");
-	ArgNotNull(fcinfo, 1, "column_name");
-	ArgNotNull(fcinfo, 2, "k");
-	ArgNotNull(fcinfo, 3, "metric");
-	ArgNotNull(fcinfo, 4, "max_iter");
-	ArgNotNull(fcinfo, 5, "init");
-	ArgNotNull(fcinfo, 8, "method");
-	ArgNotNull(fcinfo, 10, "alpha");
-	ArgNotNull(fcinfo, 11, "chain_length");
+	KmArgNotNull(fcinfo, 0, "source");
+	KmArgNotNull(fcinfo, 1, "column_name");
+	KmArgNotNull(fcinfo, 2, "k");
+	KmArgNotNull(fcinfo, 3, "metric");
+	KmArgNotNull(fcinfo, 4, "max_iter");
+	KmArgNotNull(fcinfo, 5, "init");
+	KmArgNotNull(fcinfo, 8, "method");
+	KmArgNotNull(fcinfo, 10, "alpha");
+	KmArgNotNull(fcinfo, 11, "chain_length");
 
 	KmdOptionsDefaults(&opts);
 	opts.k = PG_GETARG_INT32(2);

@@ -221,21 +221,8 @@ kmedoids_labels(PG_FUNCTION_ARGS)
 	KmdLabelScan scan;
 	Size		row_bytes;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("model must not be NULL")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("source must not be NULL")));
-	if (PG_ARGISNULL(2))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("column_name must not be NULL")));
-	if (PG_ARGISNULL(3))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("id_column must not be NULL")));
-
+	KmLabelsArgs(fcinfo, &spec);
 	KmdModelRead(PG_GETARG_HEAPTUPLEHEADER(0), &model);
-
-	memset(&spec, 0, sizeof(spec));
-	spec.relid = PG_GETARG_OID(1);
-	spec.vector_column = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	spec.id_column = text_to_cstring(PG_GETARG_TEXT_PP(3));
 
 	/* batches of about 16 MB of values */
 	memset(&scan, 0, sizeof(scan));

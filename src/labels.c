@@ -269,6 +269,24 @@ LabelRow(void *arg, Datum *values, bool *nulls)
 		FlushBatch(s);
 }
 
+/*
+ * The arguments (model, source, column_name, id_column) of kmeans_labels
+ * and kmedoids_labels: none may be NULL; the scan of the table from the
+ * last three.
+ */
+void
+KmLabelsArgs(FunctionCallInfo fcinfo, KmScanSpec *spec)
+{
+	KmArgNotNull(fcinfo, 0, "model");
+	KmArgNotNull(fcinfo, 1, "source");
+	KmArgNotNull(fcinfo, 2, "column_name");
+	KmArgNotNull(fcinfo, 3, "id_column");
+	memset(spec, 0, sizeof(*spec));
+	spec->relid = PG_GETARG_OID(1);
+	spec->vector_column = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	spec->id_column = text_to_cstring(PG_GETARG_TEXT_PP(3));
+}
+
 PG_FUNCTION_INFO_V1(kmeans_labels);
 
 /*
@@ -284,21 +302,8 @@ kmeans_labels(PG_FUNCTION_ARGS)
 	KmLabelScan scan;
 	Size		row_bytes;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("model must not be NULL")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("source must not be NULL")));
-	if (PG_ARGISNULL(2))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("column_name must not be NULL")));
-	if (PG_ARGISNULL(3))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("id_column must not be NULL")));
-
+	KmLabelsArgs(fcinfo, &spec);
 	KmModelRead(PG_GETARG_HEAPTUPLEHEADER(0), &model);
-
-	memset(&spec, 0, sizeof(spec));
-	spec.relid = PG_GETARG_OID(1);
-	spec.vector_column = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	spec.id_column = text_to_cstring(PG_GETARG_TEXT_PP(3));
 
 	/* batches of about 16 MB of vectors */
 	memset(&scan, 0, sizeof(scan));

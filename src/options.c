@@ -150,6 +150,19 @@ KmOptionsSetEngine(KmOptions *opts, const char *engine)
 				 errhint("Use 'auto', 'cpu' or 'gpu'.")));
 }
 
+/*
+ * An ERROR when argument argno (called name) of a function that is CALLED ON
+ * NULL INPUT is NULL.
+ */
+void
+KmArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+}
+
 /* The engine asked for: the option, else kmeans_gpu.engine. */
 KmEngineChoice
 KmOptionsEngine(const KmOptions *opts)
@@ -429,10 +442,12 @@ unknown:
 }
 
 /*
- * Apply a jsonb object of options over opts.
+ * Call set(opts, key, value) for every key of options, a jsonb object; what
+ * and example name the options in the error raised for anything else.
  */
 void
-KmOptionsFromJsonb(KmOptions *opts, Jsonb *options)
+KmJsonbOptions(Jsonb *options, const char *what, const char *example,
+			   void (*set) (void *opts, const char *key, const JsonbValue *v), void *opts)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -442,8 +457,8 @@ KmOptionsFromJsonb(KmOptions *opts, Jsonb *options)
 	if (!JB_ROOT_IS_OBJECT(options))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("kmeans options must be a jsonb object"),
-				 errhint("For example '{\"max_iter\": 50, \"seed\": 1}'.")));
+				 errmsg("%s options must be a jsonb object", what),
+				 errhint("For example '%s'.", example)));
 
 	it = JsonbIteratorInit(&options->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
@@ -451,8 +466,23 @@ KmOptionsFromJsonb(KmOptions *opts, Jsonb *options)
 		if (tok == WJB_KEY)
 			key = pnstrdup(v.val.string.val, v.val.string.len);
 		else if (tok == WJB_VALUE)
-			SetOption(opts, key, &v);
+			set(opts, key, &v);
 	}
+}
+
+static void
+SetOptionCallback(void *opts, const char *key, const JsonbValue *v)
+{
+	SetOption((KmOptions *) opts, key, v);
+}
+
+/*
+ * Apply a jsonb object of options over opts.
+ */
+void
+KmOptionsFromJsonb(KmOptions *opts, Jsonb *options)
+{
+	KmJsonbOptions(options, "kmeans", "{\"max_iter\": 50, \"seed\": 1}", SetOptionCallback, opts);
 }
 
 /*

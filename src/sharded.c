@@ -1173,15 +1173,6 @@ SeedShards(KmSharded *ks, const KmOptions *opts, int run, float *cent)
 
 /* ---- the function ---- */
 
-static void
-ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
-}
-
 PG_FUNCTION_INFO_V1(kmeans_fit_sharded);
 
 /*
@@ -1202,15 +1193,15 @@ kmeans_fit_sharded(PG_FUNCTION_ARGS)
 	Datum		model;
 	MemoryContext caller = CurrentMemoryContext;
 
-	ArgNotNull(fcinfo, 0, "cluster_name");
-	ArgNotNull(fcinfo, 1, "source");
-	ArgNotNull(fcinfo, 2, "column_name");
-	ArgNotNull(fcinfo, 3, "k");
-	ArgNotNull(fcinfo, 4, "max_iter");
-	ArgNotNull(fcinfo, 5, "tol");
-	ArgNotNull(fcinfo, 6, "init");
-	ArgNotNull(fcinfo, 8, "metric");
-	ArgNotNull(fcinfo, 10, "n_init");
+	KmArgNotNull(fcinfo, 0, "cluster_name");
+	KmArgNotNull(fcinfo, 1, "source");
+	KmArgNotNull(fcinfo, 2, "column_name");
+	KmArgNotNull(fcinfo, 3, "k");
+	KmArgNotNull(fcinfo, 4, "max_iter");
+	KmArgNotNull(fcinfo, 5, "tol");
+	KmArgNotNull(fcinfo, 6, "init");
+	KmArgNotNull(fcinfo, 8, "metric");
+	KmArgNotNull(fcinfo, 10, "n_init");
 
 	/* the options, as kmeans_fit reads them; k-means|| by default */
 	KmOptionsDefaults(&opts);

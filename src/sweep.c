@@ -98,15 +98,6 @@ SweepKs(ArrayType *arr, int *nks)
 	return ks;
 }
 
-static void
-ArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", name)));
-}
-
 PG_FUNCTION_INFO_V1(kmeans_sweep);
 
 /*
@@ -132,15 +123,15 @@ kmeans_sweep(PG_FUNCTION_ARGS)
 	int			sample;
 	int64		maxk = 0;
 
-	ArgNotNull(fcinfo, 0, "source");
-	ArgNotNull(fcinfo, 1, "column_name");
-	ArgNotNull(fcinfo, 2, "ks");
-	ArgNotNull(fcinfo, 3, "max_iter");
-	ArgNotNull(fcinfo, 4, "tol");
-	ArgNotNull(fcinfo, 5, "init");
-	ArgNotNull(fcinfo, 6, "metric");
-	ArgNotNull(fcinfo, 8, "n_init");
-	ArgNotNull(fcinfo, 12, "chain_length");
+	KmArgNotNull(fcinfo, 0, "source");
+	KmArgNotNull(fcinfo, 1, "column_name");
+	KmArgNotNull(fcinfo, 2, "ks");
+	KmArgNotNull(fcinfo, 3, "max_iter");
+	KmArgNotNull(fcinfo, 4, "tol");
+	KmArgNotNull(fcinfo, 5, "init");
+	KmArgNotNull(fcinfo, 6, "metric");
+	KmArgNotNull(fcinfo, 8, "n_init");
+	KmArgNotNull(fcinfo, 12, "chain_length");
 	KmCheckSample(fcinfo, 11);
 
 	ks = SweepKs(PG_GETARG_ARRAYTYPE_P(2), &nks);
