@@ -15,8 +15,8 @@
  * Between launches the driver waits for the device and asks hooks->poll,
  * so that a cancel is seen within one launch (about KMG_KMD_LAUNCH_WORK
  * coordinate operations, a few tens of milliseconds on an H100; a launch
- * also holds at least four blocks per multiprocessor, so one cluster of
- * millions of rows can make longer ones).
+ * also holds at least two blocks per multiprocessor, as many as are resident
+ * at once, so one cluster of millions of rows can make longer ones).
  *
  * Memory: the device memory of a handle is one allocation, sized by
  * kmd_layout (the same code lays it out and counts it for
@@ -116,14 +116,14 @@ kmd_max_items(int64_t n, int k)
 static size_t
 kmd_layout(int64_t n, int k, int64_t values, int metric, char *base, km_gpu_kmd *h)
 {
-	size_t		off = 0;
+	size_t		pos = 0;
 	const int64_t items = kmd_max_items(n, k);
 
 #define KMD_TAKE(field, type, count) \
 	do { \
 		if (base != NULL) \
-			h->field = (type *) (base + off); \
-		off += KMG_ROUND_UP(sizeof(type) * (size_t) (count), 256); \
+			h->field = (type *) (base + pos); \
+		pos += KMG_ROUND_UP(sizeof(type) * (size_t) (count), 256); \
 	} while (0)
 
 	KMD_TAKE(X, float, values > 0 ? values : 1);
@@ -143,7 +143,7 @@ kmd_layout(int64_t n, int k, int64_t values, int metric, char *base, km_gpu_kmd 
 	KMD_TAKE(part_j, int32_t, KMG_KMD_PART_CAP);
 	KMD_TAKE(sizes, int64_t, k);
 #undef KMD_TAKE
-	return off;
+	return pos;
 }
 
 /* Host bytes of a handle: indices, items, and the upload's staging. */
@@ -233,6 +233,21 @@ kmg_kmd_free_all(void)
 		kmg_kmd_close(kmg_kmd_live);
 }
 
+/*
+ * A copy on the handle's stream, finished when it returns: after the
+ * kernels queued before it, and before the host reads or reuses its
+ * (pageable) buffer.
+ */
+static cudaError_t
+kmd_copy(km_gpu_kmd *h, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, h->stream);
+
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(h->stream);
+	return e;
+}
+
 /* Whether the caller asked to stop. */
 static int
 kmd_polled(const km_gpu_kmd *h)
@@ -276,8 +291,8 @@ kmd_upload_shape(km_gpu_kmd *h, const kmd_data *data, km_error *err)
 		m[i] = data->nfeat[i];
 		o += (int64_t) data->nfeat[i] * data->d;
 	}
-	KMG_CK(cudaMemcpy(h->off, off, sizeof(int64_t) * h->n, cudaMemcpyHostToDevice));
-	KMG_CK(cudaMemcpy(h->m, m, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->off, off, sizeof(int64_t) * h->n, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->m, m, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
 done:
 	free(off);
 	free(m);
@@ -326,7 +341,7 @@ kmd_upload(km_gpu_kmd *h, const kmd_data *data, km_error *err)
 			done_floats += take;
 			if (fill == (int64_t) (cap / sizeof(float)))
 			{
-				KMG_CK(cudaMemcpy(h->X + sent, stage, sizeof(float) * fill, cudaMemcpyHostToDevice));
+				KMG_CK(kmd_copy(h, h->X + sent, stage, sizeof(float) * fill, cudaMemcpyHostToDevice));
 				sent += fill;
 				fill = 0;
 				if (kmd_polled(h))
@@ -338,7 +353,7 @@ kmd_upload(km_gpu_kmd *h, const kmd_data *data, km_error *err)
 		}
 	}
 	if (fill > 0)
-		KMG_CK(cudaMemcpy(h->X + sent, stage, sizeof(float) * fill, cudaMemcpyHostToDevice));
+		KMG_CK(kmd_copy(h, h->X + sent, stage, sizeof(float) * fill, cudaMemcpyHostToDevice));
 
 done:
 	free(stage);
@@ -462,12 +477,12 @@ kmd_step_assign(void *ctx, const int64_t *medoids, int k, int32_t *labels, doubl
 			return kmg_set_error(err, KM_ERR_INVALID, "medoid %d is not a row", c);
 		h->h_idx[c] = (int32_t) medoids[c];
 	}
-	KMG_CK(cudaMemcpy(h->medoids, h->h_idx, sizeof(int32_t) * k, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->medoids, h->h_idx, sizeof(int32_t) * k, cudaMemcpyHostToDevice));
 
-	/* rows per launch: the work budget, but at least four blocks per multiprocessor */
+	/* rows per launch: the work budget, but at least two blocks per multiprocessor */
 	rows = (int64_t) (KMG_KMD_LAUNCH_WORK / ((double) k * h->pair_work));
-	if (rows < 4 * (int64_t) h->sms * KMG_KMD_T)
-		rows = 4 * (int64_t) h->sms * KMG_KMD_T;
+	if (rows < 2 * (int64_t) h->sms * KMG_KMD_T)
+		rows = 2 * (int64_t) h->sms * KMG_KMD_T;
 	rows = KMG_ROUND_UP(rows, KMG_KMD_T);
 	for (int64_t r0 = 0; r0 < h->n; r0 += rows)
 	{
@@ -479,8 +494,8 @@ kmd_step_assign(void *ctx, const int64_t *medoids, int k, int32_t *labels, doubl
 		if ((st = kmd_wait(h, err)) != KM_OK)
 			goto done;
 	}
-	KMG_CK(cudaMemcpy(labels, h->labels, sizeof(int32_t) * h->n, cudaMemcpyDeviceToHost));
-	KMG_CK(cudaMemcpy(dist, h->dist, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
+	KMG_CK(kmd_copy(h, labels, h->labels, sizeof(int32_t) * h->n, cudaMemcpyDeviceToHost));
+	KMG_CK(kmd_copy(h, dist, h->dist, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
 	st = KM_OK;
 done:
 	return st;
@@ -540,22 +555,22 @@ kmd_step_score(void *ctx, const int64_t *members, const int64_t *offsets, const 
 	if (nitems == 0)
 		return KM_OK;
 	qsort(h->h_items, (size_t) nitems, sizeof(kmg_kmd_item), kmd_item_cmp);
-	KMG_CK(cudaMemcpy(h->members, h->h_idx, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
-	KMG_CK(cudaMemcpy(h->items, h->h_items, sizeof(kmg_kmd_item) * nitems, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->members, h->h_idx, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->items, h->h_items, sizeof(kmg_kmd_item) * nitems, cudaMemcpyHostToDevice));
 
-	/* launches: items in order until the budget, at least four blocks per multiprocessor */
+	/* launches: items in order until the budget, at least two blocks per multiprocessor */
 	for (i0 = 0; i0 < nitems;)
 	{
 		double		work = 0.0;
 		int64_t		i1 = i0;
 
-		while (i1 < nitems && (i1 - i0 < 4 * (int64_t) h->sms || work < KMG_KMD_LAUNCH_WORK))
+		while (i1 < nitems && (i1 - i0 < 2 * (int64_t) h->sms || work < KMG_KMD_LAUNCH_WORK))
 		{
 			const kmg_kmd_item *it = &h->h_items[i1];
 
 			work += (double) it->na * (double) (it->b1 - it->b0) * h->pair_work;
 			i1++;
-			if (work >= KMG_KMD_LAUNCH_WORK && i1 - i0 >= 4 * (int64_t) h->sms)
+			if (work >= KMG_KMD_LAUNCH_WORK && i1 - i0 >= 2 * (int64_t) h->sms)
 				break;
 		}
 		KMG_CK(kmg_kmd_score(&h->R, h->members, h->items + i0, (int) (i1 - i0), h->sums,
@@ -564,7 +579,7 @@ kmd_step_score(void *ctx, const int64_t *members, const int64_t *offsets, const 
 			goto done;
 		i0 = i1;
 	}
-	KMG_CK(cudaMemcpy(sums, h->sums, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
+	KMG_CK(kmd_copy(h, sums, h->sums, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
 	st = KM_OK;
 done:
 	return st;
@@ -628,13 +643,13 @@ kmg_kmd_silhouette_rows(const kmd_data *data, const int32_t *labels, int k,
 		fill[c + 1] = fill[c] + sizes[c];
 	for (int64_t i = 0; i < h->n; i++)
 		h->h_idx[fill[labels[i]]++] = (int32_t) i;
-	KMG_CK(cudaMemcpy(h->members, h->h_idx, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
-	KMG_CK(cudaMemcpy(h->labels, labels, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
-	KMG_CK(cudaMemcpy(h->sizes, sizes, sizeof(int64_t) * k, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->members, h->h_idx, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->labels, labels, sizeof(int32_t) * h->n, cudaMemcpyHostToDevice));
+	KMG_CK(kmd_copy(h, h->sizes, sizes, sizeof(int64_t) * k, cudaMemcpyHostToDevice));
 
 	rows = (int64_t) (KMG_KMD_LAUNCH_WORK / ((double) h->n * h->pair_work));
-	if (rows < 4 * (int64_t) h->sms * KMG_KMD_T)
-		rows = 4 * (int64_t) h->sms * KMG_KMD_T;
+	if (rows < 2 * (int64_t) h->sms * KMG_KMD_T)
+		rows = 2 * (int64_t) h->sms * KMG_KMD_T;
 	rows = KMG_ROUND_UP(rows, KMG_KMD_T);
 	for (int64_t r0 = 0; r0 < h->n; r0 += rows)
 	{
@@ -645,7 +660,7 @@ kmg_kmd_silhouette_rows(const kmd_data *data, const int32_t *labels, int k,
 		if ((st = kmd_wait(h, err)) != KM_OK)
 			goto done;
 	}
-	KMG_CK(cudaMemcpy(sil, h->sums, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
+	KMG_CK(kmd_copy(h, sil, h->sums, sizeof(double) * h->n, cudaMemcpyDeviceToHost));
 	for (int64_t i = 0; i < h->n; i++)
 		sum += sil[i];
 	*mean = sum / (double) h->n;
