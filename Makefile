@@ -48,7 +48,7 @@ CUDA_ARCHS ?= 80 90
 CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
 # kernels/: the API and drivers, then the kernel families, one folder each
 # (kernels/bench holds harnesses, not engine code).
-CUDA_DIRS = driver prep assign update seed
+CUDA_DIRS = driver prep assign update seed medoids
 CUDA_SRCS = $(sort $(foreach d,$(CUDA_DIRS),$(wildcard kernels/$(d)/*.cu)))
 NVCCFLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off \
 	-Isrc/include -Ikernels -Ikernels/include --cudart static $(CUDA_GENCODE)

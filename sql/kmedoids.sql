@@ -1,6 +1,7 @@
 -- k-medoids: kmedoids_fit, the kmedoids aggregate, kmedoids_assign and
 -- kmedoids_labels, every metric and method, and the model they make.
--- The GPU engine has no k-medoids yet: these run on the CPU everywhere.
+-- These run on the CPU engine everywhere (the GPU's k-medoids, which gives
+-- the same models: kmedoids_gpu.sql and the GPU suite).
 SET kmeans_gpu.engine = cpu;
 SET extra_float_digits = 0;
 
@@ -101,8 +102,11 @@ SELECT (m).sizes, round((m).cost::numeric, 6) AS cost FROM (SELECT kmedoids_fit(
 SELECT (m).cost, array_length((m).sizes, 1) AS k
 FROM (SELECT kmedoids(v, 20, '{"seed": 1, "method": "fasterpam"}') AS m
       FROM (SELECT v FROM kmd_pts WHERE id <= 20) s) s;
--- 'auto' runs on the CPU
-SELECT (kmedoids_fit('kmd_pts', 'v', 2, seed => 1, engine => 'auto')).engine;
+-- the engine option overrides the setting
+SET kmeans_gpu.engine = gpu;
+SELECT (kmedoids_fit('kmd_pts', 'v', 2, seed => 1, engine => 'cpu')).engine;
+SELECT (kmedoids(v, 2, '{"seed": 1, "engine": "cpu"}')).engine FROM kmd_pts;
+SET kmeans_gpu.engine = cpu;
 
 -- sqfd: signatures of different lengths, each feature a weight and two
 -- coordinates; medoids keep their own number of features

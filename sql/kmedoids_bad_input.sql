@@ -101,12 +101,13 @@ SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2, id_column => 'sig')$$);
 SELECT kb($$SELECT kmedoids_fit('kb_pts', 'nope', 2)$$);
 SELECT kb($$SELECT kmedoids_fit('kb_missing', 'v', 2)$$);
 
--- engines: the GPU has no k-medoids yet
-SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2, engine => 'gpu')$$);
-SELECT kb($$SELECT kmedoids(v, 2, '{"engine": "gpu"}') FROM kb_pts$$);
+-- engines: FasterPAM runs on the CPU engine only, so 'gpu' refuses it, with
+-- or without a GPU ('gpu' with the alternating method: kmedoids_gpu.sql)
+SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2, method => 'fasterpam', engine => 'gpu')$$);
+SELECT kb($$SELECT kmedoids(v, 2, '{"engine": "gpu", "method": "fasterpam"}') FROM kb_pts$$);
 SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2, engine => 'tpu')$$);
 SET kmeans_gpu.engine = gpu;
-SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2)$$);
+SELECT kb($$SELECT kmedoids_fit('kb_pts', 'v', 2, method => 'fasterpam')$$);
 SET kmeans_gpu.engine = cpu;
 
 -- a model of one type where the other is expected

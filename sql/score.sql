@@ -1,7 +1,8 @@
 -- kmeans_score: inertia, silhouette, Davies-Bouldin and Calinski-Harabasz of
 -- a k-means or a k-medoids model on a table.  (test/compare/score_compare.py
 -- checks the figures against scikit-learn's; this checks what they depend
--- on.)  The GPU engine has no k-medoids: these run on the CPU everywhere.
+-- on.)  These run on the CPU engine everywhere (the silhouette on the GPU:
+-- kmedoids_gpu.sql and the GPU suite).
 SET kmeans_gpu.engine = cpu;
 SET extra_float_digits = 0;
 

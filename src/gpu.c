@@ -296,6 +296,26 @@ KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
 }
 
 /*
+ * For other jobs (k-medoids): the GPU engine if choice allows it and this
+ * backend can use a GPU, else NULL for the CPU (under 'gpu' an ERROR).
+ */
+const km_gpu_api *
+KmGpuChoose(KmEngineChoice choice)
+{
+	return GpuChosen(choice);
+}
+
+/*
+ * For other jobs: whether the device has need bytes free for what (under
+ * 'gpu' waiting for them, or an ERROR; under 'auto' a plain answer).
+ */
+bool
+KmGpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char *what)
+{
+	return GpuHasRoom(api, choice, need, what);
+}
+
+/*
  * After a GPU allocation failed under 'gpu' (another session took the memory
  * between our check and our cudaMalloc): wait a little and say whether to
  * try again, within kmeans_gpu.gpu_wait counted from *since (0: now).

@@ -221,6 +221,9 @@ struct km_gpu_api;
 extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k,
 											km_metric metric);
 extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
+extern const struct km_gpu_api *KmGpuChoose(KmEngineChoice choice);
+extern bool KmGpuHasRoom(const struct km_gpu_api *api, KmEngineChoice choice, uint64 need,
+						 const char *what);
 extern void KmGpuFailed(km_status status, const char *message, bool raise);
 extern bool KmGpuRetryAfterNomem(TimestampTz *since);
 extern KmGpuSink *KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,

@@ -116,7 +116,7 @@ extern void KmdRunAssign(const kmd_data *data, const KmdModel *model, int32 *lab
 						 double *distances);
 extern double KmdRunSilhouette(const kmd_data *data, const int32 *labels, int k,
 							   kmd_metric metric, double alpha, bool *ok);
-extern void KmdEngineCheck(int engine, const char *what);
+extern KmEngineChoice KmdEngineCheck(const KmdOptions *opts);
 
 /* score.c: the figures of kmeans_score, for any labelled rows */
 typedef struct KmScoreFigures

@@ -4,11 +4,18 @@
  *	  options]) aggregate; their options; running the k-medoids engine.
  *
  * Both gather the rows (kmedoids_input.c), put them in canonical order and
- * hand them to the engine (src/engine/kmedoids_*.c) through the same hooks
- * as k-means (engine_call.c): memory in a context of the call, cancel
- * through the poll, progress and interrupts through the report.  Only the
- * CPU engine runs k-medoids yet: engine 'gpu' is refused with a reason,
- * 'auto' runs on the CPU.
+ * hand them to an engine through the same hooks as k-means (engine_call.c):
+ * memory in a context of the call, cancel through the poll, progress and
+ * interrupts through the report.  The alternating method runs on the GPU
+ * like a k-means fit (kmeans_gpu.engine or the engine option: 'auto' when a
+ * GPU is usable and the fit fits in its free memory, 'gpu' or an ERROR that
+ * says why): the CPU engine seeds, then kmd_alternate() runs the loop with
+ * the CUDA engine's steps on rows uploaded once, which gives the CPU
+ * engine's model bit for bit; a GPU failure under 'auto' hands the fit to
+ * the CPU from the same seeds.  FasterPAM runs on the CPU engine only
+ * ('gpu' refuses it).  The silhouette of kmeans_score runs on the GPU the
+ * same way (kmeans_gpu.engine); kmedoids_assign and kmedoids_labels on the
+ * CPU.
  */
 #include "postgres.h"
 
@@ -21,6 +28,7 @@
 #include "utils/memutils.h"
 
 #include "kmedoids.h"
+#include "kmeans_gpu_cuda.h"
 #include "km_afkmc2.h"
 
 /* ---------------------------------------------------------------------- */
@@ -187,23 +195,26 @@ KmdOptionsCheck(const KmdOptions *opts)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("chain_length must be at least 1, not %d", opts->chain_length)));
-	KmdEngineCheck(opts->engine, "k-medoids");
+	KmdEngineCheck(opts);
 }
 
 /*
- * The engine option, else kmeans_gpu.engine: the GPU engine has no
- * k-medoids yet, so 'gpu' is refused and 'auto' means the CPU.
+ * The engine asked for (the engine option, else kmeans_gpu.engine); what
+ * the GPU does not run is refused under 'gpu': FasterPAM, whose swaps are
+ * the CPU engine's.
  */
-void
-KmdEngineCheck(int engine, const char *what)
+KmEngineChoice
+KmdEngineCheck(const KmdOptions *opts)
 {
-	KmEngineChoice choice = engine >= 0 ? (KmEngineChoice) engine : KmEngineSetting();
+	KmEngineChoice choice = opts->engine >= 0 ? (KmEngineChoice) opts->engine : KmEngineSetting();
 
-	if (choice == KM_ENGINE_GPU)
+	if (choice == KM_ENGINE_GPU && opts->method == KMD_FASTERPAM)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the GPU engine does not run %s yet", what),
-				 errhint("Use engine 'cpu' or 'auto' (or set kmeans_gpu.engine so): the CPU engine runs it.")));
+				 errmsg("the GPU engine does not run k-medoids method \"fasterpam\""),
+				 errdetail("FasterPAM runs on the CPU engine; the GPU runs method 'alternate'."),
+				 errhint("Use engine 'cpu' or 'auto' (or set kmeans_gpu.engine so), or method 'alternate'.")));
+	return choice;
 }
 
 /* A seed when none was given, so that the model says which one it used. */
@@ -275,6 +286,133 @@ KmdParams(const KmdOptions *opts, kmd_params *p)
 	p->chain_length = opts->chain_length;
 }
 
+/* Failures of the device, which the CPU engine takes over under 'auto'. */
+static bool
+KmdDeviceFailure(km_status status)
+{
+	return status == KM_ERR_DEVICE || status == KM_ERR_DEVICE_FATAL ||
+		status == KM_ERR_DEVICE_NOMEM || status == KM_ERR_UNAVAILABLE;
+}
+
+/*
+ * A k-medoids handle of the CUDA engine, closed with the memory context of
+ * its call whatever happens (an ERROR that skips the close included); it
+ * lives in that context, so the callback never outlives it.
+ */
+typedef struct KmdGpuHandle
+{
+	const km_gpu_api *api;
+	km_gpu_kmd *kmd;
+	MemoryContextCallback cb;
+} KmdGpuHandle;
+
+static void
+KmdGpuHandleFree(void *arg)
+{
+	KmdGpuHandle *h = (KmdGpuHandle *) arg;
+
+	if (h->kmd != NULL)
+		h->api->kmd_close(h->kmd);
+	h->kmd = NULL;
+}
+
+static KmdGpuHandle *
+KmdGpuHandleNew(const km_gpu_api *api, KmCall *call)
+{
+	KmdGpuHandle *h = MemoryContextAllocZero(call->context, sizeof(KmdGpuHandle));
+
+	h->api = api;
+	h->cb.func = KmdGpuHandleFree;
+	h->cb.arg = h;
+	MemoryContextRegisterResetCallback(call->context, &h->cb);
+	return h;
+}
+
+/*
+ * The GPU for a k-medoids job on data (what names it in messages), or NULL
+ * for the CPU: as for a k-means fit, under 'auto' when a GPU is usable and
+ * the job fits in its free memory; under 'gpu' those are errors.
+ */
+static const km_gpu_api *
+KmdGpuFor(KmEngineChoice choice, const kmd_data *data, int k, kmd_metric metric,
+		  const char *what)
+{
+	const km_gpu_api *api;
+	uint64		need;
+
+	if (choice == KM_ENGINE_CPU || (api = KmGpuChoose(choice)) == NULL)
+		return NULL;
+	need = api->kmd_device_bytes(data, k, metric);
+	if (need == 0)
+	{
+		if (choice == KM_ENGINE_GPU)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the GPU engine cannot run this fit"),
+					 errdetail("The GPU engine takes fewer than 2^31 rows per call."),
+					 errhint("Set kmeans_gpu.engine (or the option engine) to 'auto' or 'cpu'.")));
+		return NULL;
+	}
+	if (!KmGpuHasRoom(api, choice, need, what))
+		return NULL;
+	return api;
+}
+
+/*
+ * The alternating method with the GPU's steps: seeds from the CPU engine
+ * (into seeds; *seeded once they are there), the rows uploaded once, then
+ * kmd_alternate() on the device's steps.  Returns false when the GPU failed
+ * under 'auto' (with a WARNING), for the CPU to take over from the seeds;
+ * every other failure is raised.
+ */
+static bool
+KmdFitGpu(const km_gpu_api *api, KmEngineChoice choice, const kmd_data *data,
+		  const kmd_params *params, kmd_result *result, int64 *seeds, bool *seeded)
+{
+	km_hooks	hooks;
+	km_error	err;
+	KmCall		call;
+	km_status	status;
+	KmdGpuHandle *h;
+	TimestampTz since = 0;
+
+	KmCallBegin(&call, &hooks, 0);
+	memset(&err, 0, sizeof(err));
+	status = kmd_cpu_engine.seed(data, params, &hooks, seeds, &err);
+	if (status != KM_OK)
+		KmdCallEnd(&call, status, &err);	/* raises */
+	*seeded = true;
+
+	h = KmdGpuHandleNew(api, &call);
+	for (;;)
+	{
+		memset(&err, 0, sizeof(err));
+		h->kmd = api->kmd_open(data, params->metric, params->alpha, params->k, &hooks, &err);
+		/* under 'gpu', wait for memory that another session's fit holds */
+		if (h->kmd != NULL || err.status != KM_ERR_DEVICE_NOMEM ||
+			choice != KM_ENGINE_GPU || !KmGpuRetryAfterNomem(&since))
+			break;
+	}
+	if (h->kmd == NULL)
+		status = err.status;
+	else
+	{
+		kmd_steps	steps;
+
+		api->kmd_steps_of(h->kmd, &steps);
+		status = kmd_alternate(&steps, data, params, &hooks, seeds, result, &err);
+		KmdGpuHandleFree(h);
+	}
+	if (KmdDeviceFailure(status))
+	{
+		KmCallAbandon(&call);
+		KmGpuFailed(status, err.message, choice == KM_ENGINE_GPU);
+		return false;
+	}
+	KmdCallEnd(&call, status, &err);
+	return true;
+}
+
 /*
  * Fit the ordered rows; out's arrays are allocated in the current context.
  */
@@ -288,6 +426,11 @@ KmdRunFit(const KmdOrdered *rows, const KmdOptions *opts, KmdFitOutput *out)
 	KmCall		call;
 	km_status	status;
 	int			k = opts->k;
+	KmEngineChoice choice;
+	const km_gpu_api *api = NULL;
+	int64	   *seeds;
+	bool		seeded = false;
+	Size		need;
 
 	if (data->n == 0)
 		ereport(ERROR,
@@ -299,22 +442,43 @@ KmdRunFit(const KmdOrdered *rows, const KmdOptions *opts, KmdFitOutput *out)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("k (%d) is larger than the number of rows (" INT64_FORMAT ")", k, data->n)));
 	KmdParams(opts, &params);
-	KmCheckMemory(add_size(kmd_cpu_engine.fit_workspace(data->n, data->d, &params, KmCpuThreads()),
-						   mul_size((Size) k, 3 * sizeof(int64))),
-				  "kmedoids");
+	choice = KmdEngineCheck(opts);
+	if (opts->method == KMD_ALTERNATE)
+		api = KmdGpuFor(choice, data, k, opts->metric, "The k-medoids fit");
+	need = add_size(kmd_cpu_engine.fit_workspace(data->n, data->d, &params, KmCpuThreads()),
+					mul_size((Size) k, 4 * sizeof(int64)));
+	if (api != NULL)
+		need = add_size(need, api->kmd_host_bytes(data, k, opts->metric));
+	KmCheckMemory(need, "kmedoids");
 
 	memset(out, 0, sizeof(*out));
 	out->result.medoids = palloc(sizeof(int64) * k);
 	out->result.sizes = palloc(sizeof(int64) * k);
 	out->result.cluster_cost = palloc(sizeof(double) * k);
-	out->engine = kmd_cpu_engine.name;
+	seeds = palloc(sizeof(int64) * k);
 
 	if (kmeans_verbose)
 		ereport(INFO,
-				(errmsg("kmedoids: " INT64_FORMAT " rows of %d values into %d clusters, metric %s, method %s, init %s, engine cpu (%d threads)",
+				(errmsg("kmedoids: " INT64_FORMAT " rows of %d values into %d clusters, metric %s, method %s, init %s, engine %s",
 						data->n, data->d, k, KmdMetricName(opts->metric),
-						KmdMethodName(opts->method), KmInitName(opts->init), KmCpuThreads())));
+						KmdMethodName(opts->method), KmInitName(opts->init),
+						api != NULL ? "gpu (seeded on the CPU)" :
+						psprintf("cpu (%d threads)", KmCpuThreads()))));
 
+	if (api != NULL &&
+		KmdFitGpu(api, choice, data, &params, &out->result, seeds, &seeded))
+	{
+		out->engine = "gpu";
+		return;
+	}
+
+	/* the CPU engine, from the GPU's seeds when it got that far */
+	if (seeded)
+	{
+		params.init = KM_INIT_EXPLICIT;
+		params.init_medoids = seeds;
+	}
+	out->engine = kmd_cpu_engine.name;
 	KmCallBegin(&call, &hooks, 0);
 	memset(&err, 0, sizeof(err));
 	status = kmd_cpu_engine.fit(data, &params, &hooks, &out->result, &err);
@@ -340,12 +504,15 @@ KmdRunAssign(const kmd_data *data, const KmdModel *model, int32 *labels, double 
 
 /*
  * The silhouette of labelled rows; *ok false (and 0 returned) when fewer
- * than two clusters have rows.
+ * than two clusters have rows.  On the GPU when kmeans_gpu.engine says so
+ * (as kmeans_labels), with the same bits.
  */
 double
 KmdRunSilhouette(const kmd_data *data, const int32 *labels, int k, kmd_metric metric,
 				 double alpha, bool *ok)
 {
+	KmEngineChoice choice = KmEngineSetting();
+	const km_gpu_api *api;
 	km_hooks	hooks;
 	km_error	err;
 	KmCall		call;
@@ -364,6 +531,22 @@ KmdRunSilhouette(const kmd_data *data, const int32 *labels, int k, kmd_metric me
 	*ok = nonempty >= 2 && nonempty < data->n;
 	if (!*ok)
 		return 0.0;
+	api = KmdGpuFor(choice, data, k, metric, "The silhouette");
+	if (api != NULL)
+	{
+		KmCheckMemory(api->kmd_host_bytes(data, k, metric), "the silhouette");
+		KmCallBegin(&call, &hooks, 0);
+		hooks.report = NULL;
+		memset(&err, 0, sizeof(err));
+		status = api->kmd_silhouette(data, labels, k, metric, alpha, &mean, &hooks, &err);
+		if (!KmdDeviceFailure(status))
+		{
+			KmdCallEnd(&call, status, &err);
+			return mean;
+		}
+		KmCallAbandon(&call);
+		KmGpuFailed(status, err.message, choice == KM_ENGINE_GPU);
+	}
 	KmCheckMemory(mul_size(mul_size((Size) k, (Size) KmCpuThreads()), 64 * sizeof(double) + 1024),
 				  "the silhouette");
 	KmCallBegin(&call, &hooks, 0);

@@ -575,13 +575,14 @@ kmg_api_dataset_free(km_gpu_dataset *ds)
 
 /*
  * km_gpu_api.release_all (end of a transaction or backend): free every
- * dataset still alive; after a sticky error also reset the device, the
- * only way to give back a broken context's memory.
+ * dataset and k-medoids handle still alive; after a sticky error also
+ * reset the device, the only way to give back a broken context's memory.
  */
 static void
 kmg_release_all(void)
 {
 	kmg_ds_free_all();
+	kmg_kmd_free_all();
 	if (kmg_g.fatal && kmg_g.started)
 		(void) cudaDeviceReset();	/* the only way to give back a broken context's memory */
 }
@@ -601,7 +602,13 @@ static const km_gpu_api kmg_api = {
 	kmg_api_dataset_rows,
 	kmg_api_dataset_fit,
 	kmg_api_dataset_free,
-	kmg_release_all
+	kmg_release_all,
+	kmg_kmd_device_bytes,
+	kmg_kmd_host_bytes,
+	kmg_kmd_open,
+	kmg_kmd_steps,
+	kmg_kmd_close,
+	kmg_kmd_silhouette_rows
 };
 
 /* The one symbol of kmeans_gpu_cuda.so the SQL layer looks up (dlsym). */

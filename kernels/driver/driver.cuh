@@ -2,8 +2,8 @@
  * driver.cuh
  *	  The host side of the CUDA engine: the API table, lazy CUDA start and
  *	  error mapping (api.cu), rows streamed to the device (dataset.cu), the
- *	  memory of a call (workspace.cu), and the drivers of a fit (fit.cu) and
- *	  of assign and map (labels.cu).
+ *	  memory of a call (workspace.cu), and the drivers of a fit (fit.cu), of
+ *	  assign and map (labels.cu), and of k-medoids (kmedoids.cu).
  */
 #ifndef KMG_DRIVER_CUH
 #define KMG_DRIVER_CUH
@@ -122,5 +122,17 @@ cudaError_t kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, cudaStrea
 km_status	kmg_assign_rows(const kmg_rows *rows, const float *centroids, int k,
 							km_metric metric, int32_t *labels, double *distances,
 							km_partial *partial, const km_hooks *hooks, km_error *err);
+
+/* ---- kmedoids.cu: k-medoids rows on the device, the steps, the silhouette ---- */
+uint64_t	kmg_kmd_device_bytes(const kmd_data *data, int k, kmd_metric metric);
+size_t		kmg_kmd_host_bytes(const kmd_data *data, int k, kmd_metric metric);
+km_gpu_kmd *kmg_kmd_open(const kmd_data *data, kmd_metric metric, double alpha, int k,
+						 const km_hooks *hooks, km_error *err);
+void		kmg_kmd_steps(km_gpu_kmd *h, kmd_steps *steps);
+void		kmg_kmd_close(km_gpu_kmd *h);
+void		kmg_kmd_free_all(void);
+km_status	kmg_kmd_silhouette_rows(const kmd_data *data, const int32_t *labels, int k,
+									kmd_metric metric, double alpha, double *mean,
+									const km_hooks *hooks, km_error *err);
 
 #endif							/* KMG_DRIVER_CUH */

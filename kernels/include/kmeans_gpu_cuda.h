@@ -13,18 +13,20 @@
  * status of KM_ERR_DEVICE_FATAL means the CUDA context is broken (a sticky
  * error); the caller stops using the device for the rest of the process.
  * Device memory is released before a call returns, whatever it returns,
- * except what a live km_gpu_dataset holds; release_all() frees that too.
+ * except what a live km_gpu_dataset or km_gpu_kmd holds; release_all()
+ * frees those too.
  */
 #ifndef KMEANS_GPU_CUDA_H
 #define KMEANS_GPU_CUDA_H
 
 #include "kmeans_engine.h"
+#include "kmedoids_engine.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define KM_GPU_ABI 1
+#define KM_GPU_ABI 2
 
 typedef struct km_gpu_device
 {
@@ -39,6 +41,9 @@ typedef struct km_gpu_device
 
 /* Rows being streamed to the device, in the order they were staged. */
 typedef struct km_gpu_dataset km_gpu_dataset;
+
+/* The rows of a k-medoids fit on the device (kmd_open). */
+typedef struct km_gpu_kmd km_gpu_kmd;
 
 typedef struct km_gpu_api
 {
@@ -84,6 +89,29 @@ typedef struct km_gpu_api
 
 	/* Free every device and pinned allocation this process holds. */
 	void		(*release_all) (void);
+
+	/*
+	 * k-medoids (kmedoids_engine.h).  kmd_open uploads the rows of data once
+	 * (and computes what each row contributes on its own), with room for k
+	 * medoids; kmd_steps_of gives the two steps of the alternating method on
+	 * them, for kmd_alternate(): labels, distances and scores bit for bit
+	 * the CPU engine's.  The steps poll hooks->poll between launches and
+	 * report their errors into the km_error given to kmd_open (which must
+	 * outlive the handle).  kmd_close frees the handle's device and host
+	 * memory.  kmd_device_bytes and kmd_host_bytes are what a handle (or a
+	 * silhouette) on data takes, for the caller's checks; 0 for data the
+	 * engine does not take.  kmd_silhouette is kmd_engine.silhouette on the
+	 * device (the rows uploaded for the call).
+	 */
+	uint64_t	(*kmd_device_bytes) (const kmd_data *data, int k, kmd_metric metric);
+	size_t		(*kmd_host_bytes) (const kmd_data *data, int k, kmd_metric metric);
+	km_gpu_kmd *(*kmd_open) (const kmd_data *data, kmd_metric metric, double alpha, int k,
+							 const km_hooks *hooks, km_error *error);
+	void		(*kmd_steps_of) (km_gpu_kmd *kmd, kmd_steps *steps);
+	void		(*kmd_close) (km_gpu_kmd *kmd);
+	km_status	(*kmd_silhouette) (const kmd_data *data, const int32_t *labels, int k,
+								   kmd_metric metric, double alpha, double *mean,
+								   const km_hooks *hooks, km_error *error);
 } km_gpu_api;
 
 /* The one symbol kmeans_gpu_cuda.so exports. */

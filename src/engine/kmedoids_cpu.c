@@ -579,6 +579,84 @@ kmd_end(kmd_state *st, km_cpu_arena *ar)
 /* ---------------------------------------------------------------------- */
 /* fit */
 
+/*
+ * The checks of a fit's (or a seeding's) arguments; a message, or NULL when
+ * they are fine.
+ */
+static const char *
+kmd_check_fit(const kmd_data *data, const kmd_params *params)
+{
+	const char *msg;
+
+	if ((msg = kmd_check_data(data, params->metric)) != NULL)
+		return msg;
+	if (params->k < 1 || params->k > data->n)
+		return "k must be between 1 and the number of rows";
+	if (params->max_iter < 1)
+		return "max_iter must be at least 1";
+	if (params->method != KMD_ALTERNATE && params->method != KMD_FASTERPAM)
+		return "unknown method";
+	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
+		params->init != KM_INIT_AFKMC2 && params->init != KM_INIT_EXPLICIT)
+		return "unknown init";
+	if (params->init == KM_INIT_AFKMC2 && params->chain_length < 1)
+		return "chain_length must be at least 1";
+	if (params->metric == KMD_METRIC_SQFD && !(params->alpha > 0.0 && isfinite(params->alpha)))
+		return "alpha must be a finite number > 0";
+	if (params->init == KM_INIT_EXPLICIT)
+	{
+		if (params->init_medoids == NULL)
+			return "explicit init needs start medoids";
+		for (int c = 0; c < params->k; c++)
+		{
+			if (params->init_medoids[c] < 0 || params->init_medoids[c] >= data->n)
+				return "a start medoid is not a row";
+			for (int e = 0; e < c; e++)
+				if (params->init_medoids[e] == params->init_medoids[c])
+					return "start medoids must be distinct rows";
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The start of a fit, and all of a seeding: set up, prepare the rows, seed
+ * (st->medoids).  On KM_OK the team is running and the caller ends with
+ * kmd_end; otherwise everything is released.
+ */
+static km_status
+kmd_fit_start(kmd_state *st, km_cpu_arena *ar, const kmd_data *data,
+			  const kmd_params *params, const km_hooks *hooks_in, km_hooks *hooks)
+{
+	km_status	status;
+	km_progress pr;
+
+	kmd_begin(st, data, params->k, params->metric, params->alpha, hooks_in, hooks);
+	km_cpu_arena_init(ar, hooks, 0);
+	if (!kmd_setup(st, ar, KMD_CALL_FIT, params))
+	{
+		kmd_end(st, ar);
+		return KM_ERR_NOMEM;
+	}
+	memset(st->is_medoid, 0, (size_t) st->n);
+	kmd_team_start(st);
+
+	kmd_prepare(st);
+	memset(&pr, 0, sizeof(pr));
+	pr.phase = KM_PHASE_PREPARE;
+	pr.done = pr.total = st->n;
+	if (kmd_stopped(st) || kmd_report(st, &pr))
+		status = KM_ERR_CANCELLED;
+	else
+	{
+		st->arena = ar;
+		status = kmd_seed(st, params);
+	}
+	if (status != KM_OK)
+		kmd_end(st, ar);
+	return status;
+}
+
 static km_status
 kmd_cpu_fit(const kmd_data *data, const kmd_params *params, const km_hooks *hooks_in,
 			kmd_result *result, km_error *error)
@@ -588,65 +666,17 @@ kmd_cpu_fit(const kmd_data *data, const kmd_params *params, const km_hooks *hook
 	km_cpu_arena ar;
 	km_status	status = KM_OK;
 	const char *msg;
-	km_progress pr;
 
 	if (params == NULL || result == NULL)
 		return kmd_fail(error, KM_ERR_INVALID, "no parameters or result");
-	if ((msg = kmd_check_data(data, params->metric)) != NULL)
+	if ((msg = kmd_check_fit(data, params)) != NULL)
 		return kmd_fail(error, KM_ERR_INVALID, msg);
-	if (params->k < 1 || params->k > data->n)
-		return kmd_fail(error, KM_ERR_INVALID, "k must be between 1 and the number of rows");
-	if (params->max_iter < 1)
-		return kmd_fail(error, KM_ERR_INVALID, "max_iter must be at least 1");
-	if (params->method != KMD_ALTERNATE && params->method != KMD_FASTERPAM)
-		return kmd_fail(error, KM_ERR_INVALID, "unknown method");
-	if (params->init != KM_INIT_KMEANSPP && params->init != KM_INIT_RANDOM &&
-		params->init != KM_INIT_AFKMC2 && params->init != KM_INIT_EXPLICIT)
-		return kmd_fail(error, KM_ERR_INVALID, "unknown init");
-	if (params->init == KM_INIT_AFKMC2 && params->chain_length < 1)
-		return kmd_fail(error, KM_ERR_INVALID, "chain_length must be at least 1");
-	if (params->metric == KMD_METRIC_SQFD && !(params->alpha > 0.0 && isfinite(params->alpha)))
-		return kmd_fail(error, KM_ERR_INVALID, "alpha must be a finite number > 0");
 	if (result->medoids == NULL || result->sizes == NULL || result->cluster_cost == NULL)
 		return kmd_fail(error, KM_ERR_INVALID, "result arrays missing");
-	if (params->init == KM_INIT_EXPLICIT)
-	{
-		if (params->init_medoids == NULL)
-			return kmd_fail(error, KM_ERR_INVALID, "explicit init needs start medoids");
-		for (int c = 0; c < params->k; c++)
-		{
-			if (params->init_medoids[c] < 0 || params->init_medoids[c] >= data->n)
-				return kmd_fail(error, KM_ERR_INVALID, "a start medoid is not a row");
-			for (int e = 0; e < c; e++)
-				if (params->init_medoids[e] == params->init_medoids[c])
-					return kmd_fail(error, KM_ERR_INVALID, "start medoids must be distinct rows");
-		}
-	}
 
-	kmd_begin(&st, data, params->k, params->metric, params->alpha, hooks_in, &hooks);
-	km_cpu_arena_init(&ar, &hooks, 0);
-	if (!kmd_setup(&st, &ar, KMD_CALL_FIT, params))
-	{
-		kmd_end(&st, &ar);
-		return kmd_finish(error, KM_ERR_NOMEM);
-	}
-	memset(st.is_medoid, 0, (size_t) st.n);
-	kmd_team_start(&st);
-
-	kmd_prepare(&st);
-	memset(&pr, 0, sizeof(pr));
-	pr.phase = KM_PHASE_PREPARE;
-	pr.done = pr.total = st.n;
-	if (kmd_stopped(&st) || kmd_report(&st, &pr))
-	{
-		status = KM_ERR_CANCELLED;
-		goto done;
-	}
-
-	st.arena = &ar;
-	status = kmd_seed(&st, params);
+	status = kmd_fit_start(&st, &ar, data, params, hooks_in, &hooks);
 	if (status != KM_OK)
-		goto done;
+		return kmd_finish(error, status);
 
 	if (params->method == KMD_FASTERPAM)
 		status = kmd_fasterpam(&st, params, result);
@@ -662,9 +692,32 @@ kmd_cpu_fit(const kmd_data *data, const kmd_params *params, const km_hooks *hook
 			__atomic_store_n(&st.stop, 1, __ATOMIC_RELAXED);
 	}
 
-done:
 	kmd_end(&st, &ar);
 	return kmd_finish(error, status);
+}
+
+/* The seeding of a fit alone: the start medoids into medoids (k). */
+static km_status
+kmd_cpu_seed(const kmd_data *data, const kmd_params *params, const km_hooks *hooks_in,
+			 int64_t *medoids, km_error *error)
+{
+	km_hooks	hooks;
+	kmd_state	st;
+	km_cpu_arena ar;
+	km_status	status;
+	const char *msg;
+
+	if (params == NULL || medoids == NULL)
+		return kmd_fail(error, KM_ERR_INVALID, "no parameters or medoids");
+	if ((msg = kmd_check_fit(data, params)) != NULL)
+		return kmd_fail(error, KM_ERR_INVALID, msg);
+
+	status = kmd_fit_start(&st, &ar, data, params, hooks_in, &hooks);
+	if (status != KM_OK)
+		return kmd_finish(error, status);
+	memcpy(medoids, st.medoids, sizeof(int64_t) * params->k);
+	kmd_end(&st, &ar);
+	return kmd_finish(error, KM_OK);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -869,5 +922,6 @@ const kmd_engine kmd_cpu_engine = {
 	kmd_cpu_fit_workspace,
 	kmd_cpu_fit,
 	kmd_cpu_assign,
-	kmd_cpu_silhouette
+	kmd_cpu_silhouette,
+	kmd_cpu_seed
 };

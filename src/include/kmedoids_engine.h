@@ -55,6 +55,9 @@
  * sum taken over the other members in row order as here) and calls
  * kmd_alternate() with its own table, so that seeding, the loop and every
  * decision stay shared and the results stay bit for bit those of the CPU.
+ * The CUDA engine does this (kernels/medoids/, kernels/driver/kmedoids.cu):
+ * the SQL layer seeds with the CPU engine's seed(), then runs
+ * kmd_alternate() on the CUDA engine's steps.
  */
 #ifndef KMEDOIDS_ENGINE_H
 #define KMEDOIDS_ENGINE_H
@@ -69,7 +72,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or the kmd_engine table changes. */
-#define KMD_ENGINE_ABI 1
+#define KMD_ENGINE_ABI 2
 
 /* Rows per block of the fixed-order sums over all rows. */
 #define KMD_BLOCK 2048
@@ -191,6 +194,15 @@ typedef struct kmd_engine
 	km_status	(*silhouette) (const kmd_data *data, const int32_t *labels, int k,
 							   kmd_metric metric, double alpha, double *mean,
 							   const km_hooks *hooks, km_error *error);
+
+	/*
+	 * The k start medoids (row indices) fit would start from, with the same
+	 * checks, progress (KM_PHASE_PREPARE, KM_PHASE_SEED) and memory
+	 * (fit_workspace bounds it): an engine that runs the alternating method
+	 * with steps of its own seeds here, then calls kmd_alternate().
+	 */
+	km_status	(*seed) (const kmd_data *data, const kmd_params *params,
+						 const km_hooks *hooks, int64_t *medoids, km_error *error);
 } kmd_engine;
 
 /* The CPU engine. */

@@ -1337,6 +1337,153 @@ test_proposals(void)
 	free(work);
 }
 
+/* ---------------------------------------------------------------------- */
+/* seed() and steps of one's own (what a GPU engine does) */
+
+/*
+ * Steps written here from kmd_pair() alone, the contract of kmd_steps: the
+ * alternating method on them, from seed()'s medoids, must give the CPU
+ * engine's fit bit for bit.
+ */
+typedef struct ref_steps
+{
+	const rows *r;
+	double	   *aux;
+	int			calls;
+} ref_steps;
+
+static km_status
+ref_assign(void *ctx, const int64_t *medoids, int k, int32_t *labels, double *dist)
+{
+	ref_steps  *rs = (ref_steps *) ctx;
+	const rows *r = rs->r;
+
+	rs->calls++;
+	for (int64_t i = 0; i < r->n; i++)
+	{
+		int			best = -1;
+		double		bd = 0.0;
+
+		for (int c = 0; c < k; c++)
+		{
+			int64_t		m = medoids[c];
+			double		v = kmd_pair(r->metric, r->ptr[i], r->nfeat ? r->nfeat[i] : 0, rs->aux[i],
+									 r->ptr[m], r->nfeat ? r->nfeat[m] : 0, rs->aux[m], r->d, 1.0);
+
+			if (best < 0 || v < bd)
+			{
+				best = c;
+				bd = v;
+			}
+		}
+		labels[i] = best;
+		dist[i] = bd;
+	}
+	return KM_OK;
+}
+
+static km_status
+ref_score(void *ctx, const int64_t *members, const int64_t *offsets, const char *todo, int k,
+		  double *sums)
+{
+	ref_steps  *rs = (ref_steps *) ctx;
+	const rows *r = rs->r;
+
+	rs->calls++;
+	for (int c = 0; c < k; c++)
+	{
+		if (!todo[c])
+			continue;
+		for (int64_t p = offsets[c]; p < offsets[c + 1]; p++)
+		{
+			int64_t		i = members[p];
+			double		s = 0.0;
+
+			for (int64_t q = offsets[c]; q < offsets[c + 1]; q++)
+			{
+				int64_t		j = members[q];
+
+				if (q != p)
+					s += kmd_pair(r->metric, r->ptr[i], r->nfeat ? r->nfeat[i] : 0, rs->aux[i],
+								  r->ptr[j], r->nfeat ? r->nfeat[j] : 0, rs->aux[j], r->d, 1.0);
+			}
+			sums[p] = s;
+		}
+	}
+	return KM_OK;
+}
+
+static void
+test_seed_and_steps(void)
+{
+	static const km_init inits[] = {KM_INIT_KMEANSPP, KM_INIT_RANDOM, KM_INIT_AFKMC2};
+	static const char *init_names[] = {"k-means++", "random", "afk-mc2"};
+
+	for (int metric = KMD_L2; metric <= KMD_SQFD; metric++)
+		for (int ii = 0; ii < 3; ii++)
+		{
+			rows		r = metric == KMD_SQFD ? make_signatures(300, 3, 5, 5, 11) :
+				make_blobs(500, 7, 6, 1.5, 17 + metric, metric);
+			int			k = 6;
+			kmd_params	p = params_for(k, metric, KMD_ALTERNATE, inits[ii], 5);
+			fit			f = run_fit(&r, p, 2);
+			fit			g;
+			int64_t		seeds[6];
+			tctx		t;
+			km_hooks	h = hooks_for(&t, 2);
+			km_error	err;
+			km_status	st;
+			ref_steps	rs;
+			kmd_steps	steps;
+
+			memset(&err, 0, sizeof(err));
+			st = kmd_cpu_engine.seed(&r.data, &p, &h, seeds, &err);
+			ok(st == KM_OK && t.live_blocks == 0 && t.reports > 0 &&
+			   t.peak_bytes <= kmd_cpu_engine.fit_workspace(r.n, r.d, &p, 2),
+			   "seed(), %s, %s: seeds, reports and gives back its memory (peak %zu)",
+			   metric_names[metric], init_names[ii], t.peak_bytes);
+
+			/* a fit from seed()'s medoids, given explicitly, is the fit */
+			p.init = KM_INIT_EXPLICIT;
+			p.init_medoids = seeds;
+			g = run_fit(&r, p, 2);
+			ok(same_fit(&f, &g, k, r.n),
+			   "seed(), %s, %s: the fit from its medoids is the fit", metric_names[metric],
+			   init_names[ii]);
+			fit_free(&g);
+
+			/* kmd_alternate() on steps of one's own, from the seeds */
+			memset(&rs, 0, sizeof(rs));
+			rs.r = &r;
+			rs.aux = malloc(sizeof(double) * r.n);
+			for (int64_t i = 0; i < r.n; i++)
+				rs.aux[i] = aux_of(&r, i, 1.0);
+			steps.ctx = &rs;
+			steps.assign = ref_assign;
+			steps.score = ref_score;
+			memset(&g, 0, sizeof(g));
+			g.medoids = calloc(k, sizeof(int64_t));
+			g.sizes = calloc(k, sizeof(int64_t));
+			g.ccost = calloc(k, sizeof(double));
+			g.labels = calloc(r.n, sizeof(int32_t));
+			g.res.medoids = g.medoids;
+			g.res.sizes = g.sizes;
+			g.res.cluster_cost = g.ccost;
+			g.res.labels = g.labels;
+			h = hooks_for(&g.t, 2);
+			g.status = kmd_alternate(&steps, &r.data, &p, &h, seeds, &g.res, &g.err);
+			ok(same_fit(&f, &g, k, r.n) && rs.calls > 0 &&
+			   memcmp(f.sizes, g.sizes, sizeof(int64_t) * k) == 0 &&
+			   memcmp(f.ccost, g.ccost, sizeof(double) * k) == 0,
+			   "kmd_alternate on steps written from kmd_pair, %s, %s: the CPU engine's fit bit for bit",
+			   metric_names[metric], init_names[ii]);
+			free(rs.aux);
+			fit_free(&g);
+			fit_free(&f);
+			rows_free(&r);
+		}
+}
+
 int
 main(void)
 {
@@ -1353,6 +1500,7 @@ main(void)
 	test_failures();
 	test_kmeans_afkmc2();
 	test_proposals();
+	test_seed_and_steps();
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
 		diag("%d of %d failed", n_failed, n_tests);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite: on a machine with an NVIDIA GPU, with the engine forced to
 # the GPU, the regression and pgTAP suites, CPU = GPU comparisons on several
-# shapes, 16 sessions sharing the GPU, cancellation of long GPU fits, and the
-# server-log watch; ends with one line "N passed, M failed".
+# shapes (k-means and k-medoids), 16 sessions sharing the GPU, cancellation
+# of long GPU fits, and the server-log watch; ends with one line
+# "N passed, M failed".
 #
 # PostgreSQL must be running with this build installed; on the project's GPU
 # machine (see ../shared/device/README.md):
@@ -85,6 +86,12 @@ python3 test/gpu/kmeans_parallel_gpu.py >"$out/kmeans_parallel.tap" 2>&1
 status=$?
 cat "$out/kmeans_parallel.tap"
 count_tap "k-means||" "$out/kmeans_parallel.tap" $status
+
+echo "== k-medoids, CPU = GPU"
+python3 test/gpu/kmedoids_gpu.py >"$out/kmedoids.tap" 2>&1
+status=$?
+cat "$out/kmedoids.tap"
+count_tap "k-medoids" "$out/kmedoids.tap" $status
 
 echo "== concurrency"
 python3 test/gpu/concurrency_gpu.py >"$out/concurrency.tap" 2>&1
