@@ -16,6 +16,7 @@
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "km_xsum.h"
 #include "prep/prep.cuh"
 
 #include <string.h>
@@ -374,5 +375,56 @@ kmg_centred_norms(const float *X, const float *mu, int64_t n, int d, int dp, flo
 	if (blocks > 65535 * 8)
 		blocks = 65535 * 8;
 	kmg_centred_norms_kernel<<<(unsigned) blocks, 128, 0, stream>>>(X, mu, n, d, dp, xnorm);
+	return cudaGetLastError();
+}
+
+/*
+ * Bounds on the terms of the exact sums (km_xstats, as the CPU engine
+ * gathers them: km_xstats_row of the raw row, its weight, and for cosine
+ * its exact norm): per thread, then per warp, then one integer atomic each
+ * into out (max and min are order-free).
+ */
+__global__ void __launch_bounds__(256)
+kmg_xstats_kernel(const float *__restrict__ X, const float *__restrict__ W, int64_t n, int d,
+				  int dp, int cosine, int *out)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	km_xstats	s;
+
+	km_xstats_init(&s);
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+	{
+		const float *x = X + (size_t) i * dp;
+
+		km_xstats_row(&s, x, d, W != NULL ? W[i] : 1.0f, W != NULL, cosine,
+					  cosine ? km_exact_norm(x, d) : 0.0);
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		s.xmax = max(s.xmax, __shfl_xor_sync(0xffffffffu, s.xmax, o));
+		s.xmin = min(s.xmin, __shfl_xor_sync(0xffffffffu, s.xmin, o));
+		s.wmax = max(s.wmax, __shfl_xor_sync(0xffffffffu, s.wmax, o));
+		s.wmin = min(s.wmin, __shfl_xor_sync(0xffffffffu, s.wmin, o));
+	}
+	if ((threadIdx.x & 31) == 0)
+	{
+		atomicMax(&out[0], s.xmax);
+		atomicMin(&out[1], s.xmin);
+		atomicMax(&out[2], s.wmax);
+		atomicMin(&out[3], s.wmin);
+	}
+}
+
+cudaError_t
+kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp, int cosine, int *out,
+				cudaStream_t stream)
+{
+	int64_t		blocks = (n + 255) / 256;
+
+	if (n == 0)
+		return cudaSuccess;
+	if (blocks > 132 * 8)
+		blocks = 132 * 8;
+	kmg_xstats_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, W, n, d, dp, cosine, out);
 	return cudaGetLastError();
 }

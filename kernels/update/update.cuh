@@ -2,12 +2,14 @@
  * update.cuh
  *	  The M step for any k: rows grouped by label (sort.cu), per-cluster sums
  *	  in row order (sums.cu), the centroid update with the decisions that end
- *	  an iteration, and the re-seeding of empty clusters (finalize.cu).
+ *	  an iteration, and the re-seeding of empty clusters (finalize.cu); and
+ *	  the exact sums of the split fits (xsums.cu).
  */
 #ifndef KMG_UPDATE_CUH
 #define KMG_UPDATE_CUH
 
 #include "kmg_common.cuh"
+#include "km_xsum.h"
 
 /* ---- sort.cu ---- */
 size_t		kmg_sort_temp_bytes(int64_t n, int k);
@@ -32,5 +34,45 @@ cudaError_t kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t
 
 cudaError_t kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream);
 cudaError_t kmg_reseed(const kmg_args *a, const int32_t *far_rows, cudaStream_t stream);
+
+/* ---- xsums.cu ---- */
+
+/*
+ * The accumulators of a split fit on one device: per level, sums of w x
+ * (nlx x k x d) and of w (nlw x k), in the levels of xlev and wlev, where
+ * no addition rounds; per cluster the count, the final pass's order-free
+ * inertia words (lo, hi) at a.ishift and a flag for a term past its bound;
+ * the step's moved rows and sum of w * cost (progress only).
+ */
+typedef struct kmg_xsum_acc
+{
+	double	   *xs;
+	double	   *ws;
+	double	   *cost;
+	unsigned long long *counts;
+	unsigned long long *fix;
+	unsigned long long *sat;
+	unsigned long long *moved;
+	km_xlevels	xlev;
+	km_xlevels	wlev;
+} kmg_xsum_acc;
+
+size_t		kmg_xsum_acc_bytes(int k, int d, int nlx, int nlw);
+void		kmg_xsum_acc_carve(kmg_xsum_acc *acc, void *base, int k, int d, int nlx, int nlw);
+/* What kmg_xsums sums besides the rows: an iteration's cost, or the final pass's. */
+enum
+{
+	KMG_XSUMS_COST = 0,			/* exact costs (a.cost) for progress */
+	KMG_XSUMS_ESTIMATE = 1,		/* the filter's estimate (a.fbest, a.xnorm) */
+	KMG_XSUMS_FINAL = 2			/* counts and order-free inertia words only */
+};
+
+cudaError_t kmg_xsums(const kmg_args *a, const kmg_xsum_acc *acc, int mode,
+					  cudaStream_t stream);
+cudaError_t kmg_moved(const int32_t *fresh, int32_t *kept, int64_t n,
+					  unsigned long long *moved, cudaStream_t stream);
+cudaError_t kmg_xsum_combine(const kmg_xsum_acc *acc, const void *peer, int k, int d,
+							 cudaStream_t stream);
+cudaError_t kmg_xstep(const kmg_args *a, const kmg_xsum_acc *acc, cudaStream_t stream);
 
 #endif							/* KMG_UPDATE_CUH */

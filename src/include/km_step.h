@@ -4,7 +4,9 @@
  *	  by kmeans_step (the SQL layer), so that a centroid computed from
  *	  merged partials is the one a fit computes, bit for bit.
  *
- * Plain C, no PostgreSQL headers; compile with -ffp-contract=off.
+ * Plain C, no PostgreSQL headers; compile with -ffp-contract=off.  KM_HD:
+ * the split fits of the GPU engine run km_centroid_mean on the device
+ * (kernels/update/xsums.cu), with the same rounding (km_exact.h).
  */
 #ifndef KM_STEP_H
 #define KM_STEP_H
@@ -12,6 +14,7 @@
 #include <math.h>
 
 #include "km_exact.h"
+#include "km_hd.h"
 
 /*
  * Centroid c becomes the weighted mean of its rows, given s (d values) and
@@ -22,7 +25,7 @@
  * the mean is not finite in float (or, for cosine, has no direction).  s is
  * overwritten.
  */
-static inline void
+KM_HD void
 km_centroid_mean(double *s, double w, int d, int cosine, float *c)
 {
 	double		scale;
@@ -53,7 +56,7 @@ km_centroid_mean(double *s, double w, int d, int cosine, float *c)
  * The centroid a re-seeded cluster takes: the row itself (cosine: the unit
  * row, zeros if it has no direction).
  */
-static inline void
+KM_HD void
 km_centroid_row(const float *x, int d, int cosine, float *c)
 {
 	if (cosine)

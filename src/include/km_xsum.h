@@ -27,9 +27,11 @@
  *	  vectorised like the plain sum.  Most data need one level (the plain
  *	  double sum is then already exact) or two.
  *
- * Plain C, no PostgreSQL headers; shared by the CPU engine and the SQL
- * layer.  Compile with -ffp-contract=off: every step here relies on single
- * IEEE operations.
+ * Plain C, no PostgreSQL headers; shared by the CPU engine, the SQL layer
+ * and the split fits of the GPU engine (kernels/update/xsums.cu cuts terms
+ * in levels on the device; kernels/driver/split.cu rounds on the host).
+ * Compile with -ffp-contract=off: every step here relies on single IEEE
+ * operations.
  */
 #ifndef KM_XSUM_H
 #define KM_XSUM_H
@@ -38,8 +40,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* host and device alike under nvcc (the split fits' kernels cut terms in levels) */
 #ifndef KM_XS
+#ifdef __CUDACC__
+#define KM_XS static __host__ __device__ inline
+#else
 #define KM_XS static inline
+#endif
 #endif
 
 /* ---- the superaccumulator ---- */

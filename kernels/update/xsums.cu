@@ -1,0 +1,363 @@
+/*
+ * xsums.cu
+ *	  Exact per-cluster sums for the split fits (driver/split.cu): the rows
+ *	  of one step of work, grouped by label (sort.cu), are summed piece by
+ *	  piece in the levels of km_xsum.h and added into the device's
+ *	  accumulators, where no addition rounds.  The sums of any split of the
+ *	  rows, over steps and devices, therefore add up to the same exact
+ *	  values, which are rounded once, as the CPU engine rounds them.  Also:
+ *	  the moved count of a step, the final pass's order-free inertia words,
+ *	  the devices' sums added on one of them, and the centroids' step there
+ *	  (km_step.h's arithmetic, on the device).
+ *
+ * Plain C reference: the CPU engine's sums (km_cpu_add_term over the rows,
+ * src/engine/cpu_assign.c) and its order-free inertia (km_fixsum.h, as
+ * sums.cu); bench_engine.cu's split cases compare whole fits with the CPU
+ * engine bit for bit.
+ *
+ * Why it is fast enough.  One block per piece of at most KMG_PIECE rows of
+ * one cluster (the pieces of sort.cu), the piece's rows and weights staged
+ * in shared memory, threads over the columns (groups of threads over the
+ * rows when d is small), eight rows' loads issued before their adds; each
+ * level of a piece is added to the accumulator with one atomic per column.
+ * Exact level sums make the atomics' order irrelevant.  The cost is a
+ * gathered read of the rows plus two additions per value and level, a few
+ * percent of the filter GEMM at large k.
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "km_step.h"
+#include "update/update.cuh"
+
+#define KMG_XS_NT 128
+
+/* What the accumulators of kmg_xsum_acc take, carved by kmg_xsum_acc_carve. */
+size_t
+kmg_xsum_acc_bytes(int k, int d, int nlx, int nlw)
+{
+	return sizeof(double) * ((size_t) nlx * k * d + (size_t) nlw * k + 1) +
+		sizeof(unsigned long long) * ((size_t) k * 4 + 1);
+}
+
+/* Lay the accumulators out in base (device or pinned host memory alike). */
+void
+kmg_xsum_acc_carve(kmg_xsum_acc *acc, void *base, int k, int d, int nlx, int nlw)
+{
+	double	   *p = (double *) base;
+	unsigned long long *q;
+
+	acc->xs = p;
+	p += (size_t) nlx * k * d;
+	acc->ws = p;
+	p += (size_t) nlw * k;
+	acc->cost = p;
+	p += 1;
+	q = (unsigned long long *) p;
+	acc->counts = q;
+	q += k;
+	acc->fix = q;
+	q += (size_t) 2 * k;
+	acc->sat = q;
+	q += k;
+	acc->moved = q;
+}
+
+/*
+ * One block per piece.  Iteration (KMG_XSUMS_COST, _ESTIMATE): per level,
+ * the sums of w x over the piece's rows and of w; the count; sum w * cost
+ * for progress, from the exact costs or from the filter's estimate (fbest
+ * + |x|^2, as sums.cu takes it).  Final pass: the count and the
+ * order-free words of sum w * cost, as sums.cu's pieces make them
+ * (km_fix_term of w * cost at a.ishift), added with carries; a piece that
+ * met a term past the bound marks its cluster.
+ */
+__global__ void __launch_bounds__(KMG_XS_NT)
+kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
+{
+	const int	final = mode == KMG_XSUMS_FINAL;
+	__shared__ int srow[KMG_PIECE];
+	__shared__ double sw[KMG_PIECE];
+	__shared__ double sred[KMG_XS_NT / 32][KM_XLEV_MAX + 1];
+	__shared__ km_fix sfix[KMG_XS_NT / 32];
+	const int	tid = threadIdx.x;
+
+	if ((int) blockIdx.x >= *(volatile int *) a.npieces)
+		return;
+
+	const int4	t = a.ptab[blockIdx.x];
+	const int	j = t.x,
+				lo = t.y,
+				m = t.z - t.y;
+	const int	d = a.d;
+	const int	nlx = acc.xlev.n,
+				nlw = acc.wlev.n;
+	double		wl[KM_XLEV_MAX];
+	double		ec = 0.0;
+	km_fix		ef = {0, 0};
+	km_fixscale fs;
+
+	fs.shift = a.ishift;
+	for (int l = 0; l < KM_XLEV_MAX; l++)
+		wl[l] = 0.0;
+	for (int p = tid; p < m; p += KMG_XS_NT)
+	{
+		const int	r = a.svals[lo + p];
+		const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+
+		srow[p] = r;
+		sw[p] = w;
+		if (final)
+			km_fix_add(&ef, km_fix_term(w * a.cost[r], fs));
+		else
+		{
+			double		v = w;
+
+			if (mode == KMG_XSUMS_COST)
+				ec += w * a.cost[r];
+			else
+			{
+				const float xn = a.xnorm[r];
+				const double e = (double) a.fbest[r] + (double) (xn * xn);
+
+				ec += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
+			}
+			for (int l = 1; l < nlw; l++)
+			{
+				const double h = (v + acc.wlev.magic[l]) - acc.wlev.magic[l];
+
+				wl[l - 1] += h;
+				v -= h;
+			}
+			wl[nlw - 1] += v;
+		}
+	}
+	__syncthreads();
+
+	if (!final)
+	{
+		/* groups of tpg threads over the columns, G groups over the rows */
+		const int	tpg = d < KMG_XS_NT ? d : KMG_XS_NT;
+		const int	G = KMG_XS_NT / tpg;
+		const int	gi = tid / tpg;
+		const int	ti = tid - gi * tpg;
+
+		if (gi < G)
+			for (int i = ti; i < d; i += tpg)
+			{
+				double		s[KM_XLEV_MAX];
+
+				for (int l = 0; l < KM_XLEV_MAX; l++)
+					s[l] = 0.0;
+				for (int p0 = gi; p0 < m; p0 += 8 * G)
+				{
+					float		x[8];
+
+					/* the eight loads first, then their adds */
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+						x[u] = p0 + u * G < m ? a.X[(size_t) srow[p0 + u * G] * a.dp + i] : 0.0f;
+#pragma unroll
+					for (int u = 0; u < 8; u++)
+					{
+						if (p0 + u * G >= m)
+							break;
+
+						/* w x is exact in double; cut it into the levels */
+						double		v = __dmul_rn(sw[p0 + u * G], (double) x[u]);
+
+						for (int l = 1; l < nlx; l++)
+						{
+							const double h = __dsub_rn(__dadd_rn(v, acc.xlev.magic[l]),
+													   acc.xlev.magic[l]);
+
+							s[l - 1] = __dadd_rn(s[l - 1], h);
+							v = __dsub_rn(v, h);
+						}
+						s[nlx - 1] = __dadd_rn(s[nlx - 1], v);
+					}
+				}
+				for (int l = 0; l < nlx; l++)
+					if (s[l] != 0.0)
+						atomicAdd(&acc.xs[((size_t) l * a.k + j) * d + i], s[l]);
+			}
+	}
+
+	/* the per-row columns: warp sums, then one thread per block */
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		ec += __shfl_xor_sync(0xffffffffu, ec, o);
+		for (int l = 0; l < KM_XLEV_MAX; l++)
+			wl[l] += __shfl_xor_sync(0xffffffffu, wl[l], o);
+	}
+	if (final)
+		ef = kmg_fix_warp_sum(ef);
+	if ((tid & 31) == 0)
+	{
+		for (int l = 0; l < KM_XLEV_MAX; l++)
+			sred[tid >> 5][l] = wl[l];
+		sred[tid >> 5][KM_XLEV_MAX] = ec;
+		sfix[tid >> 5] = ef;
+	}
+	__syncthreads();
+	if (tid != 0)
+		return;
+	for (int wv = 1; wv < KMG_XS_NT / 32; wv++)
+	{
+		for (int l = 0; l < KM_XLEV_MAX; l++)
+			sred[0][l] += sred[wv][l];
+		sred[0][KM_XLEV_MAX] += sred[wv][KM_XLEV_MAX];
+		km_fix_add(&sfix[0], sfix[wv]);
+	}
+	atomicAdd(&acc.counts[j], (unsigned long long) m);
+	if (final)
+	{
+		const km_fix f = sfix[0];
+
+		if (f.hi >= KM_FIX_SATURATED)
+			atomicOr(&acc.sat[j], 1ull);
+		else
+		{
+			/* 128-bit add: the low word's carry goes into the high word */
+			const unsigned long long old = atomicAdd(&acc.fix[2 * j], (unsigned long long) f.lo);
+			const unsigned long long carry = old + (unsigned long long) f.lo < old ? 1ull : 0ull;
+
+			if (f.hi + carry != 0)
+				atomicAdd(&acc.fix[2 * j + 1], (unsigned long long) f.hi + carry);
+		}
+		return;
+	}
+	for (int l = 0; l < nlw; l++)
+		if (sred[0][l] != 0.0)
+			atomicAdd(&acc.ws[(size_t) l * a.k + j], sred[0][l]);
+	atomicAdd(acc.cost, sred[0][KM_XLEV_MAX]);
+}
+
+/*
+ * Exact sums of the labelled rows of a (a.labels, sorted by kmg_sort_labels
+ * with the iota of a.n rows) into acc: the pieces, then the sums kernel
+ * (KMG_XSUMS_FINAL: the final pass's counts and inertia words instead).
+ * a.cost must hold every row's exact cost (kmg_row_costs), but for
+ * KMG_XSUMS_ESTIMATE (a.fbest and a.xnorm of the filter path).
+ */
+cudaError_t
+kmg_xsums(const kmg_args *a, const kmg_xsum_acc *acc, int mode, cudaStream_t stream)
+{
+	cudaError_t e;
+
+	if (a->n == 0)
+		return cudaSuccess;
+	if ((e = kmg_label_pieces(a, stream)) != cudaSuccess)
+		return e;
+	kmg_xsums_kernel<<<a->maxpieces, KMG_XS_NT, 0, stream>>>(*a, *acc, mode);
+	return cudaGetLastError();
+}
+
+/*
+ * The step's fresh labels against the ones kept for its rows: moved rows
+ * counted (an integer sum, order-free), and the fresh labels kept.
+ */
+__global__ void __launch_bounds__(256)
+kmg_moved_kernel(const int32_t *__restrict__ fresh, int32_t *__restrict__ kept, int64_t n,
+				 unsigned long long *moved)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	int			cnt = 0;
+
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+	{
+		const int32_t f = fresh[i];
+
+		cnt += f != kept[i];
+		kept[i] = f;
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+	if ((threadIdx.x & 31) == 0 && cnt != 0)
+		atomicAdd(moved, (unsigned long long) cnt);
+}
+
+cudaError_t
+kmg_moved(const int32_t *fresh, int32_t *kept, int64_t n, unsigned long long *moved,
+		  cudaStream_t stream)
+{
+	int64_t		blocks = (n + 255) / 256;
+
+	if (n == 0)
+		return cudaSuccess;
+	if (blocks > 132 * 8)
+		blocks = 132 * 8;
+	kmg_moved_kernel<<<(unsigned) blocks, 256, 0, stream>>>(fresh, kept, n, moved);
+	return cudaGetLastError();
+}
+
+/*
+ * Another device's accumulators (a copy, in peer) added into acc: the level
+ * sums, the cost and the counts of an iteration (the final pass's words are
+ * added on the host, with their carries).  Exact: the levels leave room.
+ */
+__global__ void
+kmg_xsum_combine_kernel(kmg_xsum_acc acc, const double *__restrict__ peer, int k, int d)
+{
+	const size_t nd = (size_t) acc.xlev.n * k * d + (size_t) acc.wlev.n * k + 1;
+	const unsigned long long *pq = (const unsigned long long *) (peer + nd);
+	const size_t stride = (size_t) gridDim.x * blockDim.x;
+
+	for (size_t c = (size_t) blockIdx.x * blockDim.x + threadIdx.x; c < nd + k + 1; c += stride)
+	{
+		if (c < nd)
+			acc.xs[c] += peer[c];	/* xs, ws and cost lie in a row */
+		else if (c < nd + k)
+			acc.counts[c - nd] += pq[c - nd];
+		else
+			*acc.moved += pq[(size_t) 4 * k];
+	}
+}
+
+cudaError_t
+kmg_xsum_combine(const kmg_xsum_acc *acc, const void *peer, int k, int d, cudaStream_t stream)
+{
+	const size_t n = (size_t) acc->xlev.n * k * d + (size_t) acc->wlev.n * k + k + 2;
+	int64_t		blocks = (int64_t) ((n + 255) / 256);
+
+	if (blocks > 132 * 8)
+		blocks = 132 * 8;
+	kmg_xsum_combine_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*acc, (const double *) peer, k, d);
+	return cudaGetLastError();
+}
+
+/*
+ * The centroids' step on the device, one thread per cluster, as
+ * km_cpu_update_centroids does on the host: each sum rounded once from its
+ * levels (at most two: one IEEE addition), then km_centroid_mean into
+ * a.C (its level-0 row is the scratch).  Only for iterations without an
+ * empty cluster (the host re-seeds those) and with at most two levels.
+ */
+__global__ void
+kmg_xstep_kernel(kmg_args a, kmg_xsum_acc acc)
+{
+	const int	j = blockIdx.x * blockDim.x + threadIdx.x;
+	const int	d = a.d;
+	const size_t kd = (size_t) a.k * d;
+
+	if (j >= a.k)
+		return;
+
+	double	   *s = acc.xs + (size_t) j * d;
+	const double w = acc.wlev.n == 1 ? acc.ws[j] : __dadd_rn(acc.ws[j], acc.ws[a.k + j]);
+
+	if (!(w > 0.0))
+		return;
+	if (acc.xlev.n == 2)
+		for (int i = 0; i < d; i++)
+			s[i] = __dadd_rn(s[i], s[kd + i]);
+	km_centroid_mean(s, w, d, a.cosine, a.C + (size_t) j * a.dp);
+}
+
+cudaError_t
+kmg_xstep(const kmg_args *a, const kmg_xsum_acc *acc, cudaStream_t stream)
+{
+	if (acc->xlev.n > 2 || acc->wlev.n > 2)
+		return cudaErrorInvalidValue;	/* the host's step takes these */
+	kmg_xstep_kernel<<<(a->k + 127) / 128, 128, 0, stream>>>(*a, *acc);
+	return cudaGetLastError();
+}
