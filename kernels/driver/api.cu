@@ -315,11 +315,12 @@ kmg_device_info(int ordinal, km_gpu_device *out, km_error *error)
 }
 
 /*
- * km_gpu_api.set_device: the device of later calls; its limits are read
- * again when it changes.  Starts CUDA on it.
+ * The device of later calls (km_gpu_api.set_device, and the split fits'
+ * labels on each of their devices); its limits are read again when it
+ * changes.  Starts CUDA on it.
  */
-static km_status
-kmg_set_device(int ordinal, km_error *error)
+km_status
+kmg_use_device(int ordinal, km_error *error)
 {
 	int			count = 0;
 	cudaError_t e;
@@ -336,6 +337,13 @@ kmg_set_device(int ordinal, km_error *error)
 		kmg_g.started = 0;		/* re-read the attributes of the new device */
 	kmg_g.ordinal = ordinal;
 	return kmg_begin(error);
+}
+
+/* km_gpu_api.set_device */
+static km_status
+kmg_set_device(int ordinal, km_error *error)
+{
+	return kmg_use_device(ordinal, error);
 }
 
 /*
@@ -421,7 +429,7 @@ kmg_engine_fit(const km_data *data, const km_params *params, const km_hooks *hoo
  * assign and map: rows go up in batches that fit the device, each batch
  * through the same upload path as a fit.
  */
-static km_status
+km_status
 kmg_engine_batches(const km_data *data, const float *centroids, int k, km_metric metric,
 				   int32_t *labels, double *distances, km_partial *partial,
 				   const km_hooks *hooks, km_error *error)
@@ -608,7 +616,11 @@ static const km_gpu_api kmg_api = {
 	kmg_kmd_open,
 	kmg_kmd_steps,
 	kmg_kmd_close,
-	kmg_kmd_silhouette_rows
+	kmg_kmd_silhouette_rows,
+	kmg_split_plan,
+	kmg_split_fit,
+	kmg_split_assign,
+	kmg_split_copy_rate
 };
 
 /* The one symbol of kmeans_gpu_cuda.so the SQL layer looks up (dlsym). */

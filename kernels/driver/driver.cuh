@@ -3,6 +3,7 @@
  *	  The host side of the CUDA engine: the API table, lazy CUDA start and
  *	  error mapping (api.cu), rows streamed to the device (dataset.cu), the
  *	  memory of a call (workspace.cu), and the drivers of a fit (fit.cu), of
+ *	  a fit split over devices, streamed or in half precision (split.cu), of
  *	  assign and map (labels.cu), and of k-medoids (kmedoids.cu).
  */
 #ifndef KMG_DRIVER_CUH
@@ -16,6 +17,12 @@
 /* Every API entry: refuse after a sticky error, start CUDA lazily. */
 km_status	kmg_begin(km_error *err);
 const kmg_device *kmg_dev(void);
+/* The device of later calls (as set_device); the caller restores its own. */
+km_status	kmg_use_device(int ordinal, km_error *err);
+/* assign or map on host rows, in batches that fit the device in use */
+km_status	kmg_engine_batches(const km_data *data, const float *centroids, int k,
+							   km_metric metric, int32_t *labels, double *distances,
+							   km_partial *partial, const km_hooks *hooks, km_error *err);
 cudaError_t kmg_device_limits(int ordinal, kmg_device *dev);
 double		kmg_now(void);			/* seconds, monotonic */
 
@@ -116,6 +123,17 @@ uint64_t	kmg_assign_bytes(int64_t batch_rows, int d, int k);
 /* ---- fit.cu ---- */
 km_status	kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hooks,
 						 km_result *result, km_error *err);
+
+/* ---- split.cu: fits spread over devices, out of core, in half precision ---- */
+km_status	kmg_split_plan(int64_t n, int d, int k, km_metric metric, int weighted,
+						   const km_gpu_layout *layout, km_gpu_split *split, km_error *err);
+km_status	kmg_split_fit(const km_data *data, const km_params *params,
+						  const km_gpu_layout *layout, const km_hooks *hooks, km_result *result,
+						  km_error *err);
+km_status	kmg_split_assign(const km_data *data, const float *centroids, int k,
+							 km_metric metric, const km_gpu_layout *layout, int32_t *labels,
+							 double *distances, const km_hooks *hooks, km_error *err);
+double		kmg_split_copy_rate(int ordinal, km_error *err);
 
 /* ---- labels.cu ---- */
 cudaError_t kmg_enqueue_labels(const kmg_shape *sh, const kmg_work *w, cudaStream_t s);

@@ -26,7 +26,46 @@
 extern "C" {
 #endif
 
-#define KM_GPU_ABI 2
+#define KM_GPU_ABI 3
+
+/* Logical devices a split fit spreads its rows over, at most. */
+#define KM_GPU_MAX_DEVICES 16
+
+/* How rows are kept on the devices, and streamed to them. */
+typedef enum km_storage
+{
+	KM_STORAGE_FLOAT32 = 0,
+	KM_STORAGE_FLOAT16 = 1,		/* IEEE binary16: the values must be exactly representable */
+	KM_STORAGE_BFLOAT16 = 2		/* bfloat16: likewise */
+} km_storage;
+
+/*
+ * Where the rows of a split fit go.  Logical devices are CUDA ordinals; one
+ * may be listed twice ('0,0': two logical devices on one GPU, so that the
+ * split and combine run on a one-GPU machine).  memory_limit caps what one
+ * logical device may take (0: the device's free memory, shared equally by
+ * the logical devices on it).  out_of_core: the rows stay in host memory and
+ * are streamed through the devices every iteration; otherwise they are
+ * uploaded once and must fit.
+ */
+typedef struct km_gpu_layout
+{
+	int			ndevices;
+	int			devices[KM_GPU_MAX_DEVICES];
+	uint64_t	memory_limit;
+	km_storage	storage;
+	int			out_of_core;
+} km_gpu_layout;
+
+/* How a split fit of a given shape would be laid out (split_plan). */
+typedef struct km_gpu_split
+{
+	int64_t		rows[KM_GPU_MAX_DEVICES];	/* rows each logical device takes */
+	uint64_t	device_bytes[KM_GPU_MAX_DEVICES];	/* device memory each needs */
+	uint64_t	budget[KM_GPU_MAX_DEVICES]; /* what each may use (limit or free memory) */
+	int64_t		chunk_rows;		/* rows per step of work on a device (out of core: per copy) */
+	uint64_t	pinned_bytes;	/* host memory the fit pins or allocates pinned */
+} km_gpu_split;
 
 typedef struct km_gpu_device
 {
@@ -112,6 +151,45 @@ typedef struct km_gpu_api
 	km_status	(*kmd_silhouette) (const kmd_data *data, const int32_t *labels, int k,
 								   kmd_metric metric, double alpha, double *mean,
 								   const km_hooks *hooks, km_error *error);
+
+	/*
+	 * Split fits: rows spread over several (logical) devices, streamed from
+	 * host memory every iteration, or kept in half precision (driver/split.cu).
+	 *
+	 * split_plan lays n rows of d values (weighted or not) out as layout
+	 * says and fills split; KM_ERR_DEVICE_NOMEM (split filled all the same)
+	 * when some device lacks the memory: in memory, for its rows and its
+	 * working set; out of core, for the working set of a chunk of at least
+	 * 4096 rows.  Without a usable device it plans for the memory_limit of
+	 * layout (KM_ERR_UNAVAILABLE when that is 0).
+	 *
+	 * split_fit fits host rows from explicit start centroids
+	 * (params->init == KM_INIT_EXPLICIT, n_init == 1): each device labels
+	 * its rows exactly and sums them exactly (km_xsum.h levels), the sums
+	 * of all devices are added (exactly), and the host moves the centroids
+	 * and re-seeds empty clusters by the CPU engine's rules.  So the model
+	 * is the CPU engine's, bit for bit, for the same rows and start, on any
+	 * number of devices, in memory or out of core.  With storage float16 or
+	 * bfloat16 every value of data must be exactly representable in it (the
+	 * SQL layer rounds them when it reads them); KM_ERR_INVALID otherwise.
+	 *
+	 * split_assign labels host rows (and their distances) with the rows
+	 * spread over the devices of layout, as engine->assign does on one.
+	 *
+	 * copy_rate is the host-to-device rate from pinned memory, in bytes per
+	 * second, measured once per process on device ordinal (0 on failure).
+	 */
+	km_status	(*split_plan) (int64_t n, int d, int k, km_metric metric, int weighted,
+							   const km_gpu_layout *layout, km_gpu_split *split,
+							   km_error *error);
+	km_status	(*split_fit) (const km_data *data, const km_params *params,
+							  const km_gpu_layout *layout, const km_hooks *hooks,
+							  km_result *result, km_error *error);
+	km_status	(*split_assign) (const km_data *data, const float *centroids, int k,
+								 km_metric metric, const km_gpu_layout *layout,
+								 int32_t *labels, double *distances, const km_hooks *hooks,
+								 km_error *error);
+	double		(*copy_rate) (int ordinal, km_error *error);
 } km_gpu_api;
 
 /* The one symbol kmeans_gpu_cuda.so exports. */
