@@ -3,7 +3,7 @@
  *	  The GPU engine end to end: validation against the plain C reference
  *	  (ref_kmeans.c) and per-iteration timing against cuBLAS SGEMM.
  *
- *	bin/bench_engine [--so PATH] [validate] [bench] [quick]
+ *	bin/bench_engine [--so PATH] [validate] [bench] [quick] [split] [splitbench]
  *
  * The engine is used exactly as the SQL layer will: dlopen() of
  * kmeans_gpu_cuda.so (bin/ by default), km_gpu_get_api(), and the table.
@@ -16,6 +16,11 @@
  *   path (with growth) against engine->fit, determinism (two fits, same
  *   bits), cancellation, invalid input, out of memory, and no device memory
  *   left behind.
+ * split: the split fits (several devices, out of core, half precision)
+ *   against the CPU engine, bit for bit, on SPLIT_DEVICES (default "0") and
+ *   the same list twice; then their refusals, cancellation and labels.
+ * splitbench: their time per iteration against the in-memory one-device fit
+ *   and the copy rate (see split_bench).
  * bench: per Lloyd iteration time = (T(max_iter = N2) - T(N1)) / (N2 - N1),
  *   tol = 0, explicit init, rows already uploaded (dataset API), data made
  *   by test/bench/kmeans_bench.c's generator (blobs plus 10% noise); and in
@@ -1374,6 +1379,570 @@ bench(void)
 	}
 }
 
+/* ---- split fits (driver/split.cu): several devices, out of core, half precision ---- */
+
+#ifdef WITH_CPU_ENGINE
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* A layout from a device list such as "0,0". */
+static km_gpu_layout
+split_layout(const char *devs, uint64_t limit, km_storage storage, int out_of_core)
+{
+	km_gpu_layout L;
+	const char *s = devs;
+
+	memset(&L, 0, sizeof(L));
+	while (*s && L.ndevices < KM_GPU_MAX_DEVICES)
+	{
+		L.devices[L.ndevices++] = atoi(s);
+		while (*s && *s != ',')
+			s++;
+		if (*s == ',')
+			s++;
+	}
+	L.memory_limit = limit;
+	L.storage = storage;
+	L.out_of_core = out_of_core;
+	return L;
+}
+
+/* Every value rounded to the storage's precision, as the SQL layer reads rows. */
+static void
+split_round(float *x, size_t nv, km_storage storage)
+{
+	for (size_t i = 0; i < nv; i++)
+		x[i] = storage == KM_STORAGE_FLOAT16 ? __half2float(__float2half_rn(x[i])) :
+			storage == KM_STORAGE_BFLOAT16 ? __bfloat162float(__float2bfloat16_rn(x[i])) : x[i];
+}
+
+/*
+ * The smallest memory limit (in MB) with which the layout plans the rows
+ * out of core, so that a fit takes many steps.
+ */
+static uint64_t
+split_tight_limit(int64_t n, int d, int k, km_metric metric, int weighted, km_gpu_layout L)
+{
+	km_gpu_split sp;
+	km_error	err;
+
+	for (uint64_t mb = 33; mb < 65536; mb++)
+	{
+		L.memory_limit = mb << 20;
+		if (api->split_plan(n, d, k, metric, weighted, &L, &sp, &err) == KM_OK)
+			return L.memory_limit;
+	}
+	return 0;
+}
+
+static void
+result_alloc(km_result *r, int64_t n, int d, int k)
+{
+	memset(r, 0, sizeof(*r));
+	r->centroids = (float *) malloc(sizeof(float) * k * d);
+	r->sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+	r->cluster_inertia = (double *) malloc(sizeof(double) * k);
+	r->labels = (int32_t *) malloc(sizeof(int32_t) * n);
+}
+
+static void
+result_free(km_result *r)
+{
+	free(r->centroids);
+	free(r->sizes);
+	free(r->cluster_inertia);
+	free(r->labels);
+}
+
+/* Whether two fits are the same model, bit for bit; what differs into why. */
+static int
+same_model(const km_result *a, const km_result *b, int64_t n, int d, int k, char *why, size_t len)
+{
+	int64_t		lab = 0;
+	int			cent = 0,
+				size = 0,
+				ci = 0;
+
+	for (int64_t r = 0; r < n; r++)
+		lab += a->labels[r] != b->labels[r];
+	for (int j = 0; j < k; j++)
+	{
+		cent += memcmp(a->centroids + (size_t) j * d, b->centroids + (size_t) j * d,
+					   sizeof(float) * d) != 0;
+		size += a->sizes[j] != b->sizes[j];
+		ci += memcmp(&a->cluster_inertia[j], &b->cluster_inertia[j], sizeof(double)) != 0;
+	}
+	snprintf(why, len, "labels %lld, centroids %d, sizes %d, cluster inertia %d differ; inertia %s; "
+			 "iterations %d/%d, converged %d/%d, re-seeded %d/%d",
+			 (long long) lab, cent, size, ci,
+			 memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 ? "same bits" : "DIFFERS",
+			 a->iterations, b->iterations, a->converged, b->converged, a->relocated, b->relocated);
+	return lab == 0 && cent == 0 && size == 0 && ci == 0 &&
+		memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 &&
+		a->iterations == b->iterations && a->converged == b->converged &&
+		a->relocated == b->relocated;
+}
+
+typedef struct scase
+{
+	const char *name;
+	int64_t		n;
+	int			d;
+	int			k;
+	km_metric	metric;
+	int			weighted;		/* 1: weights, 2: with zeros */
+	int			kind;			/* generate()'s; 3: blobs and far start centroids (empties) */
+	km_storage	storage;
+	int			max_iter;
+	double		tol;
+} scase;
+
+/*
+ * One case: the CPU engine's fit from explicit start centroids against the
+ * split fit of the same rows and start under several layouts (in memory and
+ * out of core, one logical device and several: devs, and devs twice); each
+ * must be the same model bit for bit.  The one-device GPU fit (engine->fit)
+ * is compared too, for information.
+ */
+static void
+split_case(const scase *c, const char *devs)
+{
+	const int64_t n = c->n;
+	const int	d = c->d,
+				k = c->k;
+	float	   *x = generate(n, d, k, 991 + n + d + k, c->kind == 3 ? 0 : c->kind);
+	float	   *w = c->weighted ? gen_weights(n, 17 + k, c->weighted == 2) : NULL;
+	float	   *init = (float *) malloc(sizeof(float) * k * d);
+	km_chunk	chunks[3];
+	km_data		data;
+	km_params	p;
+	km_hooks	hooks;
+	km_result	cr,
+				sr;
+	km_error	err;
+	char		why[400],
+				two[64];
+	double		t0,
+				tc;
+
+	split_round(x, (size_t) n * d, c->storage);
+	for (int j = 0; j < k; j++)
+		for (int i = 0; i < d; i++)
+			init[(size_t) j * d + i] = c->kind == 3 && j % 3 == 1 ? 1000.0f + (float) j
+				: x[(size_t) ((j * 7919) % n) * d + i];
+	chunks[0].x = x;
+	chunks[0].w = w;
+	chunks[0].n = n / 3;
+	chunks[1].x = x + (size_t) (n / 3) * d;
+	chunks[1].w = w ? w + n / 3 : NULL;
+	chunks[1].n = n / 2 - n / 3;
+	chunks[2].x = x + (size_t) (n / 2) * d;
+	chunks[2].w = w ? w + n / 2 : NULL;
+	chunks[2].n = n - n / 2;
+	data.d = d;
+	data.nchunks = 3;
+	data.chunks = chunks;
+	data.n = n;
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = c->max_iter;
+	p.tol = c->tol;
+	p.init = KM_INIT_EXPLICIT;
+	p.init_centroids = init;
+	p.metric = c->metric;
+	p.n_init = 1;
+	memset(&hooks, 0, sizeof(hooks));
+	hooks.n_threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
+
+	result_alloc(&cr, n, d, k);
+	result_alloc(&sr, n, d, k);
+	t0 = now();
+	if (km_cpu_engine.fit(&data, &p, &hooks, &cr, &err) != KM_OK)
+	{
+		printf("FAIL %-26s cpu engine: %s\n", c->name, err.message);
+		failures++;
+		goto out;
+	}
+	tc = now() - t0;
+	snprintf(two, sizeof(two), "%s,%s", devs, devs);
+	for (int v = 0; v < 4; v++)
+	{
+		const int	ooc = v >= 2;
+		km_gpu_layout L = split_layout(v % 2 ? two : devs, 0, c->storage, ooc);
+		km_status	st;
+		double		ts;
+		int			ok;
+
+		if (ooc)
+			L.memory_limit = split_tight_limit(n, d, k, c->metric, w != NULL, L);
+		t0 = now();
+		st = api->split_fit(&data, &p, &L, NULL, &sr, &err);
+		ts = now() - t0;
+		if (st != KM_OK)
+		{
+			printf("FAIL %-26s split %s%s: status %d: %s\n", c->name, v % 2 ? two : devs,
+				   ooc ? " out of core" : "", st, err.message);
+			fprintf(summary, "FAIL split %s: %s\n", c->name, err.message);
+			failures++;
+			continue;
+		}
+		ok = same_model(&sr, &cr, n, d, k, why, sizeof(why));
+		printf("%s %-26s n=%lld d=%d k=%d %s%s %s, devices %s%s (limit %llu MB): %s; split %.3f s, cpu %.3f s\n",
+			   ok ? "ok  " : "FAIL", c->name, (long long) n, d, k,
+			   c->metric == KM_METRIC_COSINE ? "cos" : "l2", w ? " weighted" : "",
+			   c->storage == KM_STORAGE_FLOAT16 ? "float16" : c->storage == KM_STORAGE_BFLOAT16 ? "bfloat16" : "float32",
+			   v % 2 ? two : devs, ooc ? " out of core" : " in memory",
+			   (unsigned long long) (L.memory_limit >> 20), why, ts, tc);
+		if (!ok)
+		{
+			failures++;
+			fprintf(summary, "FAIL split %s devices %s%s: %s\n", c->name, v % 2 ? two : devs,
+					ooc ? " out of core" : "", why);
+		}
+		fflush(stdout);
+	}
+	if (c->storage == KM_STORAGE_FLOAT32)
+	{
+		/* the one-device fit sums in double in row order: equal wherever those sums are exact */
+		if (api->engine->fit(&data, &p, NULL, &sr, &err) == KM_OK)
+			printf("%s %-26s one-device GPU fit against the CPU engine: %s\n",
+				   same_model(&sr, &cr, n, d, k, why, sizeof(why)) ? "ok  " : "note", c->name, why);
+	}
+out:
+	result_free(&cr);
+	result_free(&sr);
+	free(x);
+	free(w);
+	free(init);
+}
+
+/* Free device memory of every device, summed. */
+static uint64_t
+split_free_memory(void)
+{
+	int			count = 0;
+	uint64_t	total = 0;
+
+	cudaGetDeviceCount(&count);
+	for (int i = 0; i < count; i++)
+	{
+		km_gpu_device dev;
+		km_error	err;
+
+		if (api->device_info(i, &dev, &err) == KM_OK)
+			total += dev.free_bytes;
+	}
+	return total;
+}
+
+/* The checks around the split fits: refusals, cancellation, memory, labels. */
+static void
+split_checks(const char *devs)
+{
+	const int64_t n = 30000;
+	const int	d = 24,
+				k = 20;
+	float	   *x = generate(n, d, k, 5, 0);
+	float	   *init = (float *) malloc(sizeof(float) * k * d);
+	km_chunk	ch = {x, NULL, n};
+	km_data		data = {d, 1, &ch, n};
+	km_params	p;
+	km_result	r;
+	km_error	err;
+	km_gpu_layout L;
+	km_gpu_split plan;
+	hook_ctx	hc;
+	km_hooks	hooks;
+	uint64_t	before,
+				after;
+	int32_t    *l1 = (int32_t *) malloc(sizeof(int32_t) * n),
+			   *l2 = (int32_t *) malloc(sizeof(int32_t) * n);
+	char		two[64];
+
+	snprintf(two, sizeof(two), "%s,%s", devs, devs);
+	for (int j = 0; j < k; j++)
+		memcpy(init + (size_t) j * d, x + (size_t) (j * 101) * d, sizeof(float) * d);
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = 50;
+	p.init = KM_INIT_EXPLICIT;
+	p.init_centroids = init;
+	p.n_init = 1;
+	result_alloc(&r, n, d, k);
+
+	/* float16 storage of values it cannot hold: refused, naming a row */
+	L = split_layout(devs, 0, KM_STORAGE_FLOAT16, 0);
+	check(api->split_fit(&data, &p, &L, NULL, &r, &err) == KM_ERR_INVALID &&
+		  strstr(err.message, "float16") != NULL, "split: unrounded rows refused for float16");
+	/* a device that does not exist */
+	L = split_layout("0,99", 0, KM_STORAGE_FLOAT32, 0);
+	check(api->split_fit(&data, &p, &L, NULL, &r, &err) == KM_ERR_INVALID,
+		  "split: a device that does not exist is refused");
+	/* not explicit */
+	L = split_layout(devs, 0, KM_STORAGE_FLOAT32, 0);
+	p.init = KM_INIT_KMEANSPP;
+	check(api->split_fit(&data, &p, &L, NULL, &r, &err) == KM_ERR_INVALID,
+		  "split: only explicit start centroids");
+	p.init = KM_INIT_EXPLICIT;
+	/* too little memory for anything */
+	L = split_layout(devs, (uint64_t) 1 << 20, KM_STORAGE_FLOAT32, 1);
+	check(api->split_plan(n, d, k, KM_METRIC_L2, 0, &L, &plan, &err) == KM_ERR_DEVICE_NOMEM &&
+		  plan.device_bytes[0] > plan.budget[0], "split: a plan over the limit says so, with figures");
+	/* cancellation in every layout; device memory back afterwards */
+	for (int v = 0; v < 3; v++)
+	{
+		char		what[200];
+
+		L = split_layout(v == 1 ? two : devs, 0, v == 2 ? KM_STORAGE_BFLOAT16 : KM_STORAGE_FLOAT32,
+						 v == 2);
+		if (v == 2)
+		{
+			split_round(x, (size_t) n * d, KM_STORAGE_BFLOAT16);
+			L.memory_limit = split_tight_limit(n, d, k, KM_METRIC_L2, 0, L);
+		}
+		memset(&hc, 0, sizeof(hc));
+		hc.stop_after = 5;
+		memset(&hooks, 0, sizeof(hooks));
+		hooks.ctx = &hc;
+		hooks.poll = hook_poll;
+		before = split_free_memory();
+		p.tol = 0.0;
+		p.max_iter = 1000;
+		{
+			const km_status st = api->split_fit(&data, &p, &L, &hooks, &r, &err);
+
+			after = split_free_memory();
+			snprintf(what, sizeof(what), "split: cancel (%s%s) stops the fit (status %d) and frees the device (%lld bytes)",
+					 v == 1 ? "devices twice" : "one device", v == 2 ? ", out of core, bfloat16" : "",
+					 st, (long long) before - (long long) after);
+			check(st == KM_ERR_CANCELLED && after >= before, what);
+		}
+	}
+	/* labels over several devices = labels on one */
+	L = split_layout(two, 0, KM_STORAGE_FLOAT32, 0);
+	check(api->engine->assign(&data, init, k, KM_METRIC_L2, l1, NULL, NULL, &err) == KM_OK &&
+		  api->split_assign(&data, init, k, KM_METRIC_L2, &L, l2, NULL, NULL, &err) == KM_OK &&
+		  memcmp(l1, l2, sizeof(int32_t) * n) == 0, "split_assign: the labels of one device");
+	result_free(&r);
+	free(x);
+	free(init);
+	free(l1);
+	free(l2);
+}
+
+static const scase split_cases[] = {
+	{"blobs l2", 50000, 64, 100, KM_METRIC_L2, 0, 0, KM_STORAGE_FLOAT32, 100, 0.0},
+	{"blobs cosine", 50000, 64, 100, KM_METRIC_COSINE, 0, 0, KM_STORAGE_FLOAT32, 100, 0.0},
+	{"weights with zeros, d 33", 40000, 33, 50, KM_METRIC_L2, 2, 0, KM_STORAGE_FLOAT32, 60, 0.0},
+	{"narrow: d 8, k 16", 60000, 8, 16, KM_METRIC_L2, 0, 0, KM_STORAGE_FLOAT32, 100, 0.0},
+	{"wide: d 200, k 10", 30000, 200, 10, KM_METRIC_L2, 1, 0, KM_STORAGE_FLOAT32, 60, 0.0},
+	{"direct: d 40, k 20, cosine", 30000, 40, 20, KM_METRIC_COSINE, 0, 1, KM_STORAGE_FLOAT32, 60, 0.0},
+	{"empties re-seeded", 30000, 16, 30, KM_METRIC_L2, 1, 3, KM_STORAGE_FLOAT32, 40, 0.0},
+	{"tol 1e-3", 80000, 32, 64, KM_METRIC_L2, 0, 0, KM_STORAGE_FLOAT32, 300, 1e-3},
+	{"filter: k 1024", 200000, 128, 1024, KM_METRIC_L2, 0, 0, KM_STORAGE_FLOAT32, 8, 0.0},
+	{"float16", 50000, 64, 100, KM_METRIC_L2, 0, 0, KM_STORAGE_FLOAT16, 100, 0.0},
+	{"bfloat16 cosine weighted", 40000, 33, 50, KM_METRIC_COSINE, 1, 0, KM_STORAGE_BFLOAT16, 60, 0.0},
+	{"float16 empties", 30000, 16, 30, KM_METRIC_L2, 0, 3, KM_STORAGE_FLOAT16, 40, 0.0},
+};
+
+/* split: every case under every layout against the CPU engine, then the checks. */
+static void
+split_validate(void)
+{
+	const char *devs = getenv("SPLIT_DEVICES") != NULL ? getenv("SPLIT_DEVICES") : "0";
+
+	for (size_t i = 0; i < sizeof(split_cases) / sizeof(split_cases[0]); i++)
+		split_case(&split_cases[i], devs);
+	split_checks(devs);
+}
+
+/* Seconds of a split fit of max_iter iterations (explicit start, tol 0). */
+static double
+split_seconds(const km_data *data, km_params *p, const km_gpu_layout *L, int max_iter, int *iters)
+{
+	km_result	r;
+	km_error	err;
+	double		t0,
+				t;
+
+	result_alloc(&r, 1, data->d, p->k);
+	free(r.labels);
+	r.labels = NULL;
+	p->max_iter = max_iter;
+	t0 = now();
+	if (api->split_fit(data, p, L, NULL, &r, &err) != KM_OK)
+	{
+		printf("FAIL split bench fit: %s\n", err.message);
+		failures++;
+	}
+	t = now() - t0;
+	*iters = r.iterations;
+	result_free(&r);
+	return t;
+}
+
+/*
+ * splitbench: per Lloyd iteration, (T(n2) - T(n1)) / (n2 - n1), best of
+ * three, of the one-device fit on uploaded rows (the in-memory path) and of
+ * split fits: SPLIT_DEVICES (default "0"; a list such as "0,1" spreads the
+ * rows over GPUs), in memory and out of core (forced by a limit of the
+ * rows' bytes a device), float32 and float16, all from the centroids of ten
+ * iterations (so that no path times the early re-seeding); the copy rate,
+ * the out-of-core floor max(rows' bytes / copy rate, in-memory iteration)
+ * and each ratio to its floor; in memory, the one-device in-memory time
+ * over the split's (the speed-up of several devices).  SPLIT_SHAPES=m: the
+ * first m shapes; SPLIT_PATHS: which split paths (a mask, see below).
+ */
+static void
+split_bench(void)
+{
+	struct
+	{
+		int64_t		n;
+		int			d,
+					k,
+					n1,
+					n2;
+	}			shapes[] = {
+		{1000000, 128, 1024, 2, 6},
+		{2000000, 128, 1024, 2, 6},
+		{300000, 408, 5000, 2, 4},
+		{10000000, 96, 256, 2, 5},
+	};
+	const char *devs = getenv("SPLIT_DEVICES") != NULL ? getenv("SPLIT_DEVICES") : "0";
+	/* SPLIT_PATHS: a mask of the four split paths below (1 f32 in memory, 2 f16 in memory, 4 f32 out of core, 8 f16 out of core) */
+	const int	paths = getenv("SPLIT_PATHS") != NULL ? atoi(getenv("SPLIT_PATHS")) : 15;
+	const size_t nshapes = getenv("SPLIT_SHAPES") != NULL ?
+		std::min(sizeof(shapes) / sizeof(shapes[0]), (size_t) atoi(getenv("SPLIT_SHAPES"))) :
+		sizeof(shapes) / sizeof(shapes[0]);
+	km_error	err;
+	const double rate = api->copy_rate(0, &err);
+
+	printf("\nsplit fits, devices %s: pinned host-to-device copy %.1f GB/s\n", devs, rate / 1e9);
+	printf("%-20s %-28s %12s %10s %10s\n", "shape (n,d,k)", "path", "iter (ms)", "floor (ms)",
+		   "ratio");
+	for (size_t s = 0; s < nshapes; s++)
+	{
+		const int64_t n = shapes[s].n;
+		const int	d = shapes[s].d,
+					k = shapes[s].k;
+		float	   *x = generate(n, d, k, 77 + s, 0);
+		float	   *init = (float *) malloc(sizeof(float) * k * d);
+		km_chunk	ch = {x, NULL, n};
+		km_data		data = {d, 1, &ch, n};
+		km_params	p;
+		double		inmem = 0.0;
+
+		for (int j = 0; j < k; j++)
+			memcpy(init + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
+		memset(&p, 0, sizeof(p));
+		p.k = k;
+		p.init = KM_INIT_EXPLICIT;
+		p.init_centroids = init;
+		p.n_init = 1;
+		/* the in-memory one-device path, rows uploaded once */
+		{
+			km_gpu_dataset *ds = api->dataset_create(d, 0, n, &err);
+			double		b1 = 1e30,
+						b2 = 1e30;
+			int			i1 = 0,
+						i2 = 0;
+
+			if (ds != NULL)
+			{
+				for (int64_t done = 0; done < n;)
+				{
+					int64_t		room = 0;
+					float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
+					int64_t		m = std::min(room, n - done);
+
+					memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
+					api->dataset_commit(ds, m, &err);
+					done += m;
+				}
+				{
+					/*
+					 * start where ten iterations led, past the early empty
+					 * clusters: every path then times plain iterations
+					 */
+					km_result	r;
+
+					result_alloc(&r, n, d, k);
+					p.max_iter = 10;
+					if (api->dataset_fit(ds, &p, NULL, &r, &err) == KM_OK)
+						memcpy(init, r.centroids, sizeof(float) * k * d);
+					result_free(&r);
+				}
+				for (int rep = 0; rep < 3; rep++)
+				{
+					b1 = std::min(b1, fit_seconds(ds, &p, d, shapes[s].n1, &i1));
+					b2 = std::min(b2, fit_seconds(ds, &p, d, shapes[s].n2, &i2));
+				}
+				api->dataset_free(ds);
+				inmem = (b2 - b1) / (i2 - i1 > 0 ? i2 - i1 : 1);
+				printf("(%lld,%d,%d) %-28s %12.3f\n", (long long) n, d, k, "one device, in memory",
+					   inmem * 1e3);
+			}
+			else
+				printf("(%lld,%d,%d) one device in memory: %s\n", (long long) n, d, k, err.message);
+		}
+		for (int v = 0; v < 4; v++)
+		{
+			const km_storage storage = v % 2 ? KM_STORAGE_FLOAT16 : KM_STORAGE_FLOAT32;
+			const int	ooc = v >= 2;
+			km_gpu_layout L = split_layout(devs, 0, storage, ooc);
+			double		b1 = 1e30,
+						b2 = 1e30,
+						per,
+						floor = 0.0;
+			int			i1 = 0,
+						i2 = 0;
+			char		path[64];
+
+			if (storage != KM_STORAGE_FLOAT32)
+				split_round(x, (size_t) n * d, storage);	/* later float32 paths time the same on rounded rows */
+			if (!(paths & (1 << v)))
+				continue;
+			if (ooc)
+			{
+				/* the rows' bytes a device: they and the fit's working memory cannot stay */
+				L.memory_limit = (uint64_t) n * d * (storage == KM_STORAGE_FLOAT32 ? 4 : 2) /
+					L.ndevices;
+				if (L.memory_limit < ((uint64_t) 256 << 20))
+					L.memory_limit = (uint64_t) 256 << 20;
+			}
+			for (int rep = 0; rep < 3; rep++)
+			{
+				b1 = std::min(b1, split_seconds(&data, &p, &L, shapes[s].n1, &i1));
+				b2 = std::min(b2, split_seconds(&data, &p, &L, shapes[s].n2, &i2));
+			}
+			per = (b2 - b1) / (i2 - i1 > 0 ? i2 - i1 : 1);
+			snprintf(path, sizeof(path), "split %s %s", storage == KM_STORAGE_FLOAT16 ? "f16" : "f32",
+					 ooc ? "out of core" : "in memory");
+			if (ooc && rate > 0.0)
+				floor = std::max((double) n * d * (storage == KM_STORAGE_FLOAT32 ? 4 : 2) / rate / 1.0, inmem);
+			printf("(%lld,%d,%d) %-28s %12.3f", (long long) n, d, k, path, per * 1e3);
+			if (floor > 0.0)
+				printf(" %10.3f %10.3f", floor * 1e3, per / floor);
+			else if (inmem > 0.0)
+				printf(" %10s %10.3f", "speed-up", inmem / per);
+			printf("  (%d-%d iterations, fit of %d: %.3f s)\n", i1, i2, i2, b2);
+			fprintf(summary, "split (%lld,%d,%d) %s, devices %s: %.3f ms an iteration%s\n",
+					(long long) n, d, k, path, devs, per * 1e3, "");
+			if (getenv("BENCH_VERBOSE") != NULL)
+			{
+				setenv("KMG_VERBOSE", "1", 1);
+				(void) split_seconds(&data, &p, &L, shapes[s].n2, &i2);
+				unsetenv("KMG_VERBOSE");
+			}
+			fflush(stdout);
+		}
+		free(x);
+		free(init);
+	}
+}
+#endif
+
 int
 main(int argc, char **argv)
 {
@@ -1384,6 +1953,8 @@ main(int argc, char **argv)
 				do_seed = 0,
 				do_seedbench = 0,
 				do_seedprof = 0,
+				do_split = 0,
+				do_splitbench = 0,
 				one_case = -1,
 				quick = 0;
 	void	   *h;
@@ -1407,6 +1978,10 @@ main(int argc, char **argv)
 			do_seedbench = 1;
 		else if (strcmp(argv[i], "seedprof") == 0)
 			do_seedprof = 1;
+		else if (strcmp(argv[i], "split") == 0)
+			do_split = 1;
+		else if (strcmp(argv[i], "splitbench") == 0)
+			do_splitbench = 1;
 		else if (strcmp(argv[i], "case") == 0 && i + 1 < argc)
 			one_case = atoi(argv[++i]);
 		else if (strcmp(argv[i], "ncases") == 0)
@@ -1415,7 +1990,8 @@ main(int argc, char **argv)
 			return 0;
 		}
 	}
-	if (!do_val && !do_bench && !do_api && !do_seed && !do_seedbench && !do_seedprof && one_case < 0)
+	if (!do_val && !do_bench && !do_api && !do_seed && !do_seedbench && !do_seedprof && !do_split &&
+		!do_splitbench && one_case < 0)
 		do_val = do_bench = 1;
 	summary = tmpfile();
 	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -1458,6 +2034,15 @@ main(int argc, char **argv)
 		seed_bench();
 	if (do_bench)
 		bench();
+#ifdef WITH_CPU_ENGINE
+	if (do_split)
+		split_validate();
+	if (do_splitbench)
+		split_bench();
+#else
+	if (do_split || do_splitbench)
+		printf("FAIL split: built without the CPU engine (WITH_CPU=0)\n"), failures++;
+#endif
 	api->release_all();
 
 	printf("\n==== summary: %d failure(s) ====\n", failures);
