@@ -40,19 +40,19 @@ WHERE l.cluster_id IS DISTINCT FROM p.cluster;
 
 -- A hand-built model.
 SELECT kmeans_assign(ROW(2, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT * FROM kmeans_centroids(ROW(2, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL,
-                                   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model);
+                                   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model);
 -- ties go to the lowest cluster id
 SELECT kmeans_assign(ROW(2, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{5}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{5}'::real[]);
 -- cosine: the direction decides, not the length
 SELECT kmeans_assign(ROW(2, 2, 'cosine', '{{1,0},{0,1}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{100,120}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{100,120}'::real[]);
 CREATE TABLE asg_dirs (id int, v real[]);
 INSERT INTO asg_dirs VALUES (1, '{3,1}'), (2, '{1,3}'), (3, '{-1,-2}'), (4, NULL);
 SELECT * FROM kmeans_labels(ROW(2, 2, 'cosine', '{{1,0},{0,1}}', NULL, NULL, NULL, NULL, NULL,
-                                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model,
+                                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model,
                             'asg_dirs', 'v', 'id') ORDER BY id;
 
 -- Errors: vectors of the wrong shape.
@@ -61,33 +61,33 @@ SELECT kmeans_assign(m, '{{1,2},{3,4}}'::real[]) FROM asg_model;
 SELECT kmeans_assign(m, '{1,NULL}'::real[]) FROM asg_model;
 SELECT kmeans_assign(m, '{1,NaN}'::real[]) FROM asg_model;
 SELECT kmeans_assign(ROW(2, 2, 'cosine', '{{1,0},{0,1}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{0,0}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{0,0}'::real[]);
 
 -- Errors: inconsistent hand-built models.
 SELECT kmeans_assign(ROW(3, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 2, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6,6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6,6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'l2', '{0,10}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'l2', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'l2', '{{0},{NaN}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'l2', '{{0},{NULL}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'hamming', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(NULL, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(0, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT kmeans_assign(ROW(2, 1, 'cosine', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{6}'::real[]);
 SELECT * FROM kmeans_centroids(ROW(2, 1, 'l2', '{{0},{10}}', '{1,2,3}', NULL, NULL, NULL, NULL,
-                                   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model);
+                                   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model);
 SELECT * FROM kmeans_centroids(ROW(2, 1, 'l2', '{{0},{10}}', NULL, NULL, NULL, NULL, NULL,
-                                   NULL, NULL, '{1,NULL}', NULL, NULL, NULL, NULL, NULL)::kmeans_model);
+                                   NULL, NULL, '{1,NULL}', NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model);
 
 -- Errors: kmeans_labels arguments.
 SELECT * FROM kmeans_labels(NULL, 'asg_pts', 'v', 'id');

@@ -138,6 +138,13 @@ SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"init": "kmeans##"}') FROM bi_pts$$)
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "tpu"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": "cuda"}') FROM bi_pts$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"engine": 1}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"storage": "float64"}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"storage": 16}') FROM bi_pts$$);
+SELECT bi('kmeans', $$SELECT kmeans(v, 2, '{"storage": ["float16"]}') FROM bi_pts$$);
+-- values that round to infinity in half precision: the row is named
+SELECT bi('kmeans', $$SELECT kmeans(ARRAY[i, CASE WHEN i = 3 THEN 65520 ELSE i END]::real[], 1, '{"storage": "float16"}') FROM generate_series(1, 5) i$$);
+SELECT bi('kmeans', $$SELECT kmeans(ARRAY[i, CASE WHEN i = 2 THEN -1e5 ELSE i END]::float8[], 1, '{"storage": "float16"}') FROM generate_series(1, 5) i$$);
+SELECT bi('kmeans', $$SELECT kmeans(ARRAY[i, CASE WHEN i = 4 THEN -3.4e38 ELSE i END]::real[], 1, '{"storage": "bfloat16"}') FROM generate_series(1, 5) i$$);
 SELECT bi('kmeans', $$SELECT kmeans(v, 2, o) FROM bi_pts, (VALUES ('{"seed": 1}'::jsonb), ('{"seed": 2}')) t(o)$$);
 SELECT kmeans(v, 2, '[1, 2]') FROM bi_pts;
 SELECT count(*) AS usable FROM bi_pts;
@@ -246,6 +253,15 @@ SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v', 2, weight_column => 
 UPDATE bi_rows SET w = 0, v8 = '{0,0}';
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v', 2, weight_column => 'w')$$);
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v8', 2, metric => 'cosine')$$);
+-- values that round to infinity in half precision; a row that rounds to zeros under cosine
+TRUNCATE bi_rows;
+INSERT INTO bi_rows (v, v8) VALUES ('{1,2}', '{1,2}'), (NULL, NULL), ('{3,65520}', '{3,65520}');
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v', 2, storage => 'float16')$$);
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v8', 1, storage => 'half')$$);
+UPDATE bi_rows SET v8 = '{3,3.4e38}' WHERE v8[1] = 3;
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v8', 2, storage => 'bfloat16')$$);
+UPDATE bi_rows SET v = '{1e-8,-1e-8}' WHERE v[1] = 3;
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_rows', 'v', 2, metric => 'cosine', storage => 'float16')$$);
 CREATE TABLE bi_empty (v real[]);
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_empty', 'v', 1)$$);
 INSERT INTO bi_empty VALUES (NULL), (NULL);
@@ -279,6 +295,9 @@ SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, init_centroids => 
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, init_centroids => '{{1,2},{0,0}}', metric => 'cosine')$$);
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, init_centroids => '{{1,2},{4,5}}', init => 'random')$$);
 SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, init_centroids => '{{1,2},{4,5}}', n_init => 3)$$);
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, storage => 'float8')$$);
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, storage => '')$$);
+SELECT bi('kmeans_fit', $$SELECT kmeans_fit('bi_pts', 'v', 2, storage => NULL)$$);
 SELECT kmeans_fit('bi_pts', 'v', 2, init_centroids => '{{1,NaN},{4,5}}');
 SELECT count(*) AS usable FROM bi_pts;
 
@@ -298,7 +317,7 @@ CREATE FUNCTION bi_model(k int, dim int, metric text, centroids real[],
                          sizes bigint[] DEFAULT NULL, cluster_inertia float8[] DEFAULT NULL)
 RETURNS kmeans_model LANGUAGE sql AS $$
   SELECT ROW(k, dim, metric, centroids, sizes, NULL, NULL, NULL, NULL, NULL, NULL,
-             cluster_inertia, NULL, NULL, NULL, NULL, NULL)::kmeans_model
+             cluster_inertia, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model
 $$;
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(bi_model(2, 1, 'l2', NULL))$$);
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(bi_model(NULL, 1, 'l2', '{{0},{10}}'))$$);
@@ -322,7 +341,7 @@ SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(bi_model(2, 1, 'l
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(bi_model(2, 1, 'l2', '{{0},{10}}', NULL, '{1}'))$$);
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(bi_model(2, 1, 'l2', '{{0},{10}}', NULL, '{1,NULL}'))$$);
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids(ROW(1, 2)::kmeans_model)$$);
-SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids('(2,1,l2,"{{0},{x}}",,,,,,,,,,,,,)'::kmeans_model)$$);
+SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids('(2,1,l2,"{{0},{x}}",,,,,,,,,,,,,,)'::kmeans_model)$$);
 SELECT bi('kmeans_centroids', $$SELECT * FROM kmeans_centroids('{"k": 2}'::jsonb)$$);
 SELECT * FROM kmeans_centroids(bi_model(3, 1, 'l2', '{{0},{10}}'));
 SELECT count(*) AS usable FROM bi_pts;
@@ -343,6 +362,9 @@ SELECT bi('kmeans_assign', $$SELECT kmeans_assign(bi_model(3, 1, 'l2', '{{0},{10
 SELECT bi('kmeans_assign', $$SELECT kmeans_assign(bi_model(2, 1, 'l2', '{{0},{NaN}}'), '{6}'::real[])$$);
 SELECT bi('kmeans_assign', $$SELECT kmeans_assign(bi_model(2, 1, 'l1', '{{0},{10}}'), '{6}'::real[])$$);
 SELECT bi('kmeans_assign', $$SELECT kmeans_assign(v, v) FROM bi_pts$$);
+-- a model whose rows were float16 rounds the vector too; a storage no fit names
+SELECT bi('kmeans_assign', $$SELECT kmeans_assign(json_populate_record(m, '{"storage": "float16"}'), '{1,1e5}'::real[]) FROM bi_model$$);
+SELECT bi('kmeans_assign', $$SELECT kmeans_assign(json_populate_record(m, '{"storage": "fp8"}'), '{1,2}'::real[]) FROM bi_model$$);
 SELECT bi('kmeans_assign', $$SELECT kmeans_assign(m, '{1,2}') FROM bi_model$$);
 SELECT bi('kmeans_assign', $$SELECT kmeans_assign(m, t) FROM bi_model, bi_pts$$);
 -- the first rows are fine, the bad one fails the statement
@@ -386,6 +408,10 @@ UPDATE bi_lab SET v = '{0,0}' WHERE id = 2;
 SELECT bi('kmeans_labels', $$SELECT * FROM kmeans_labels(bi_model(2, 2, 'cosine', '{{1,0},{0,1}}'), 'bi_lab', 'v', 'id')$$);
 SELECT bi('kmeans_labels', $$SELECT * FROM kmeans_labels(bi_model(2, 2, 'l2', '{{1,0}}'), 'bi_lab', 'v', 'id')$$);
 SELECT bi('kmeans_labels', $$SELECT * FROM kmeans_labels((SELECT m FROM bi_model), 'bi_lab', 'v', 5)$$);
+-- a float16 model: the row that its rounding cannot hold is named by its id
+UPDATE bi_lab SET v = '{1,-70000}' WHERE id = 2;
+SELECT bi('kmeans_labels', $$SELECT * FROM kmeans_labels(json_populate_record((SELECT m FROM bi_model), '{"storage": "float16"}'), 'bi_lab', 'v', 'id')$$);
+SELECT bi('kmeans_labels', $$SELECT * FROM kmeans_labels(json_populate_record((SELECT m FROM bi_model), '{"storage": "Float16 "}'), 'bi_lab', 'v', 'id')$$);
 SELECT * FROM kmeans_labels((SELECT m FROM bi_alter_model), 'bi_alter', 'v', 'ident');
 SELECT count(*) AS usable FROM bi_pts;
 
@@ -399,6 +425,8 @@ SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, CASE WHEN id = 3 THEN 
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, '[1]') OVER () FROM bi_pts$$);
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, '{"metric": "nope"}') OVER () FROM bi_pts$$);
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, '{"engine": "fpga"}') OVER () FROM bi_pts$$);
+SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, '{"storage": "int8"}') OVER () FROM bi_pts$$);
+SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(ARRAY[i, i * 1e4]::real[], 1, '{"storage": "half"}') OVER () FROM generate_series(1, 8) i$$);
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2, '{"init_centroids": [[0, 0]]}') OVER () FROM bi_pts$$);
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 2) OVER () FROM (VALUES ('{1,2}'::real[]), ('{1}')) t(v)$$);
 SELECT bi('kmeans_cluster', $$SELECT kmeans_cluster(v, 1) OVER () FROM (VALUES ('{1,NaN}'::float8[])) t(v)$$);

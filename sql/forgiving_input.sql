@@ -32,7 +32,7 @@ FROM (SELECT kmeans_cluster(v, 2, '{"metric": "Cosine", "init": "KMEANS++", "see
       FROM fi_pts) q;
 -- a model typed by hand with another spelling of its metric
 SELECT kmeans_assign(ROW(2, 2, 'L2', '{{0,0},{10,10}}', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                         NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{9,9}'::real[]) AS cluster;
+                         NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, '{9,9}'::real[]) AS cluster;
 -- unknown names are still errors, with the accepted ones in the hint
 SELECT kmeans(v, 2, '{"metric": "manhattan"}') FROM fi_pts;
 SELECT kmeans(v, 2, '{"init": "k-means--"}') FROM fi_pts;

@@ -239,21 +239,24 @@ CREATE FUNCTION kmeans_step(model kmeans_model, partial kmeans_partial)
 -- the coordinator, through the PL/Proxy functions of kmeans_gpu_sharded.
 -- parts holds the one partition number PL/Proxy sends each shard.
 CREATE FUNCTION kmeans_shard_load(parts integer[], fit_id bigint, source text,
-	column_name text, weight_column text, metric text, fingerprints bigint[],
+	column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	OUT part integer, OUT n_rows bigint, OUT n_skipped bigint, OUT dim integer,
 	OUT fingerprint bigint, OUT weight_positive boolean, OUT ms double precision,
 	OUT reloaded boolean)
 	RETURNS SETOF record AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 CREATE FUNCTION kmeans_shard_step(parts integer[], fit_id bigint, source text,
-	column_name text, weight_column text, metric text, fingerprints bigint[],
+	column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	previous real[], centroids real[],
 	OUT part integer, OUT partial kmeans_partial, OUT moved bigint,
 	OUT ms double precision, OUT reloaded boolean)
 	RETURNS SETOF record AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 CREATE FUNCTION kmeans_shard_draw(parts integer[], fit_id bigint, source text,
-	column_name text, weight_column text, metric text, fingerprints bigint[],
+	column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	seed bigint, run integer, candidates real[], stream bigint, use_cost boolean,
 	m integer,
 	OUT part integer, OUT keys double precision[], OUT hashes bigint[],
@@ -261,7 +264,8 @@ CREATE FUNCTION kmeans_shard_draw(parts integer[], fit_id bigint, source text,
 	RETURNS SETOF record AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 CREATE FUNCTION kmeans_shard_weigh(parts integer[], fit_id bigint, source text,
-	column_name text, weight_column text, metric text, fingerprints bigint[],
+	column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	seed bigint, run integer, candidates real[],
 	OUT part integer, OUT terms double precision[], OUT nterms integer[],
 	OUT ms double precision, OUT reloaded boolean)
@@ -279,10 +283,17 @@ CREATE FUNCTION kmeans_shard_status(parts integer[],
 
 -- == More rows than one GPU holds: devices, storage ==
 
+-- The model records how its rows were kept: 'float32', 'float16' or
+-- 'bfloat16' (kmeans_fit's storage option, which also joins its DROP and
+-- CREATE below).  Models stored under 0.1 read NULL here, which means
+-- float32, what 0.1 did.
+ALTER TYPE kmeans_model ADD ATTRIBUTE storage text;
+
 
 -- == k-medoids, scores and choosing k ==
 
--- afk-mc2 seeding for k-means: its chain length is an option of kmeans_fit.
+-- afk-mc2 seeding for k-means: its chain length is an option of kmeans_fit;
+-- so is storage (see "More rows than one GPU holds" above).
 DROP FUNCTION kmeans_fit(regclass, text, integer, integer, double precision, text, real[],
 						 text, bigint, integer, text, text);
 CREATE FUNCTION kmeans_fit(
@@ -298,7 +309,8 @@ CREATE FUNCTION kmeans_fit(
 	n_init integer DEFAULT 1,
 	weight_column text DEFAULT NULL,
 	engine text DEFAULT NULL,
-	chain_length integer DEFAULT 200)
+	chain_length integer DEFAULT 200,
+	storage text DEFAULT 'float32')
 	RETURNS kmeans_model AS 'MODULE_PATHNAME'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
 

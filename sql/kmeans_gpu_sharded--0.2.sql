@@ -12,7 +12,8 @@ CREATE FUNCTION kmeans_sharded_cluster(cluster_name text) RETURNS text
 -- One call on the shards each: CLUSTER names the cluster, SPLIT and RUN ON
 -- send each partition its own number (parts holds 0 .. N-1), in parallel.
 CREATE FUNCTION kmeans_sharded_load(cluster_name text, parts integer[], fit_id bigint,
-	source text, column_name text, weight_column text, metric text, fingerprints bigint[],
+	source text, column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	OUT part integer, OUT n_rows bigint, OUT n_skipped bigint, OUT dim integer,
 	OUT fingerprint bigint, OUT weight_positive boolean, OUT ms double precision,
 	OUT reloaded boolean)
@@ -21,11 +22,12 @@ RETURNS SETOF record AS $$
 	SPLIT parts;
 	RUN ON parts;
 	SELECT * FROM kmeans_shard_load(parts, fit_id, source, column_name, weight_column,
-		metric, fingerprints);
+		metric, storage, fingerprints);
 $$ LANGUAGE plproxy;
 
 CREATE FUNCTION kmeans_sharded_step(cluster_name text, parts integer[], fit_id bigint,
-	source text, column_name text, weight_column text, metric text, fingerprints bigint[],
+	source text, column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	previous real[], centroids real[],
 	OUT part integer, OUT partial kmeans_partial, OUT moved bigint,
 	OUT ms double precision, OUT reloaded boolean)
@@ -34,11 +36,12 @@ RETURNS SETOF record AS $$
 	SPLIT parts;
 	RUN ON parts;
 	SELECT * FROM kmeans_shard_step(parts, fit_id, source, column_name, weight_column,
-		metric, fingerprints, previous, centroids);
+		metric, storage, fingerprints, previous, centroids);
 $$ LANGUAGE plproxy;
 
 CREATE FUNCTION kmeans_sharded_draw(cluster_name text, parts integer[], fit_id bigint,
-	source text, column_name text, weight_column text, metric text, fingerprints bigint[],
+	source text, column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	seed bigint, run integer, candidates real[], stream bigint, use_cost boolean, m integer,
 	OUT part integer, OUT keys double precision[], OUT hashes bigint[],
 	OUT weights real[], OUT rows real[], OUT ms double precision, OUT reloaded boolean)
@@ -47,11 +50,12 @@ RETURNS SETOF record AS $$
 	SPLIT parts;
 	RUN ON parts;
 	SELECT * FROM kmeans_shard_draw(parts, fit_id, source, column_name, weight_column,
-		metric, fingerprints, seed, run, candidates, stream, use_cost, m);
+		metric, storage, fingerprints, seed, run, candidates, stream, use_cost, m);
 $$ LANGUAGE plproxy;
 
 CREATE FUNCTION kmeans_sharded_weigh(cluster_name text, parts integer[], fit_id bigint,
-	source text, column_name text, weight_column text, metric text, fingerprints bigint[],
+	source text, column_name text, weight_column text, metric text, storage text,
+	fingerprints bigint[],
 	seed bigint, run integer, candidates real[],
 	OUT part integer, OUT terms double precision[], OUT nterms integer[],
 	OUT ms double precision, OUT reloaded boolean)
@@ -60,7 +64,7 @@ RETURNS SETOF record AS $$
 	SPLIT parts;
 	RUN ON parts;
 	SELECT * FROM kmeans_shard_weigh(parts, fit_id, source, column_name, weight_column,
-		metric, fingerprints, seed, run, candidates);
+		metric, storage, fingerprints, seed, run, candidates);
 $$ LANGUAGE plproxy;
 
 CREATE FUNCTION kmeans_sharded_end(cluster_name text, parts integer[], fit_id bigint,
@@ -97,6 +101,7 @@ CREATE FUNCTION kmeans_fit_sharded(
 	n_init integer DEFAULT 1,
 	weight_column text DEFAULT NULL,
 	engine text DEFAULT NULL,
-	chain_length integer DEFAULT 200)
+	chain_length integer DEFAULT 200,
+	storage text DEFAULT 'float32')
 	RETURNS kmeans_model AS '$libdir/kmeans_gpu', 'kmeans_fit_sharded'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;

@@ -69,7 +69,7 @@ FROM (SELECT pg_temp.step_until_converged(m) AS s FROM part_start) a,
 CREATE TABLE part_far AS
 SELECT kmeans_fit('part_pts', 'v', 4, init_centroids => '{{5,5},{100,100},{5,6},{-100,-100}}',
                   max_iter => 1, tol => 0, seed => 1) AS m;
-WITH far AS (SELECT '(4,2,l2,"{{5,5},{100,100},{5,6},{-100,-100}}",,,,,,,,,explicit,1,1,300,0)'::kmeans_model AS m),
+WITH far AS (SELECT '(4,2,l2,"{{5,5},{100,100},{5,6},{-100,-100}}",,,,,,,,,explicit,1,1,300,0,)'::kmeans_model AS m),
      p AS (SELECT kmeans_merge(p) AS p
            FROM (SELECT part, kmeans_partial(v, (SELECT m FROM far)) AS p FROM part_pts GROUP BY part) s)
 SELECT (kmeans_step((SELECT m FROM far), p)).centroids = (SELECT (m).centroids FROM part_far) AS reseeded_as_fit,
@@ -165,9 +165,9 @@ SELECT pg_temp.bad(pg_temp.p(2, 2, '{"counts": [4, 0], "weights": [[4], []], "in
 SELECT pg_temp.bad(replace(pg_temp.p(2, 2, '{"counts": [4, 0], "weights": [[4], []], "inertia": [[1], []], "sums": [[[1], [2]], [[], []]], "far": [{"cluster": 0, "weight": 1, "cost": 1, "hash": "HASH", "vector": [1, 2]}]}'),
                        'HASH', (SELECT (p::text::jsonb)->'far'->0->>'hash'
                                 FROM (SELECT kmeans_partial(ARRAY[1, 2]::real[],
-                                        '(2,2,l2,"{{1,2},{100,100}}",,,,,,,,,,,,,)'::kmeans_model) AS p) s)));
+                                        '(2,2,l2,"{{1,2},{100,100}}",,,,,,,,,,,,,,)'::kmeans_model) AS p) s)));
 -- a partial whose kept row is not where the model puts it
-WITH m AS (SELECT '(2,2,l2,"{{1,2},{100,100}}",,,,,,,,,,,,,)'::kmeans_model AS m),
+WITH m AS (SELECT '(2,2,l2,"{{1,2},{100,100}}",,,,,,,,,,,,,,)'::kmeans_model AS m),
      p AS (SELECT kmeans_partial(ARRAY[1, 2]::real[], m) AS p FROM m)
 SELECT kmeans_step(m, jsonb_set(p::text::jsonb, '{far,0,cost}', '2')::text::kmeans_partial) FROM m, p;
 DROP TABLE part_pts, part_start, part_far, part_cos;

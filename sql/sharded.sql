@@ -40,6 +40,8 @@ SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'afk-mc2');
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'random', chain_length => 0);
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, engine => 'gpu');
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, init => 'farthest');
+SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, storage => 'float64');
+SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, storage => NULL);
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 0);
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2, n_init => 2, init_centroids => '{{0,0},{1,1}}');
 SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 3, init_centroids => '{{0,0},{1,1}}');
@@ -55,25 +57,35 @@ SELECT kmeans_fit_sharded('sh_gone', 'sh_pts', 'v', 2);
 RESET ROLE;
 
 -- The shard side refuses calls that did not come through kmeans_fit_sharded.
-SELECT * FROM kmeans_shard_load('{0,1}', 1, 'sh_pts', 'v', NULL, 'l2', NULL);
-SELECT * FROM kmeans_shard_step('{0}', 1, 'sh_pts', 'v', NULL, 'l2', NULL, NULL, NULL);
-SELECT part, n_rows, n_skipped, dim, reloaded FROM kmeans_shard_load('{0}', 1, 'sh_pts', 'v', NULL, 'l2', NULL);
+SELECT * FROM kmeans_shard_load('{0,1}', 1, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL);
+SELECT * FROM kmeans_shard_step('{0}', 1, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL, NULL, NULL);
+SELECT part, n_rows, n_skipped, dim, reloaded FROM kmeans_shard_load('{0}', 1, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL);
 SELECT part, fit_id, n_rows FROM kmeans_shard_status('{0}');
 -- rows already loaded for the fit are not checked again
-SELECT part, n_rows, reloaded FROM kmeans_shard_load('{0}', 1, 'sh_pts', 'v', NULL, 'l2', '{42}');
+SELECT part, n_rows, reloaded FROM kmeans_shard_load('{0}', 1, 'sh_pts', 'v', NULL, 'l2', 'float32', '{42}');
 SELECT part, freed > 0 AS freed FROM kmeans_shard_end('{0}', 1);
 SELECT part, fit_id, n_rows FROM kmeans_shard_status('{0}');
 -- loaded afresh, they must have the fingerprint the fit started with
-SELECT part, n_rows FROM kmeans_shard_load('{0}', 2, 'sh_pts', 'v', NULL, 'l2', '{42}');
+SELECT part, n_rows FROM kmeans_shard_load('{0}', 2, 'sh_pts', 'v', NULL, 'l2', 'float32', '{42}');
 SELECT part, fit_id, n_rows FROM kmeans_shard_status('{0}');
 -- another role may not use rows this backend loaded for a fit
-SELECT part, n_rows FROM kmeans_shard_load('{0}', 3, 'sh_pts', 'v', NULL, 'l2', NULL);
+SELECT part, n_rows FROM kmeans_shard_load('{0}', 3, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL);
 GRANT SELECT ON sh_pts TO sh_role;
 SET ROLE sh_role;
-SELECT part, n_rows FROM kmeans_shard_load('{0}', 3, 'sh_pts', 'v', NULL, 'l2', NULL);
+SELECT part, n_rows FROM kmeans_shard_load('{0}', 3, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL);
 RESET ROLE;
 -- (a failed call frees the rows: the coordinator retries or gives up)
 SELECT part, fit_id, n_rows FROM kmeans_shard_status('{0}');
+-- the same rows for another storage are other rows; a shard rounds them as
+-- it loads them, and names a row its storage cannot hold
+SELECT part, n_rows, reloaded FROM kmeans_shard_load('{0}', 4, 'sh_pts', 'v', NULL, 'l2', 'float32', NULL);
+SELECT part, n_rows FROM kmeans_shard_load('{0}', 4, 'sh_pts', 'v', NULL, 'l2', 'float16', NULL);
+SELECT * FROM kmeans_shard_load('{0}', 5, 'sh_pts', 'v', NULL, 'l2', 'fp8', NULL);
+SELECT * FROM kmeans_shard_load('{0}', 5, 'sh_pts', 'v', NULL, 'l2', NULL, NULL);
+INSERT INTO sh_pts VALUES ('{1,1e6}');
+SELECT * FROM kmeans_shard_load('{0}', 6, 'sh_pts', 'v', NULL, 'l2', 'float16', NULL);
+SELECT part, n_rows, reloaded FROM kmeans_shard_load('{0}', 6, 'sh_pts', 'v', NULL, 'l2', 'bfloat16', NULL);
+SELECT part, freed > 0 AS freed FROM kmeans_shard_end('{0}', 6);
 
 DROP TABLE sh_pts;
 DROP ROLE sh_role;

@@ -31,6 +31,9 @@ INSERT INTO stored VALUES
   ('fit cosine', kmeans_fit('pts', 'v', 5, seed => 8, metric => 'cosine')),
   ('fit explicit', kmeans_fit('pts', 'v', 2, init_centroids => '{{0,0,0},{20,10,4}}'));
 SELECT name, (m).k, (m).dim, (m).metric, (m).init, (m).n_rows FROM stored ORDER BY name;
+-- 0.1's model cannot say how its rows were stored: a half-precision fit
+-- waits for the update
+SELECT kmeans(v, 3, '{"seed": 5, "storage": "float16"}') FROM pts;
 
 -- What every function says of the stored models under 0.1.
 CREATE TABLE before AS
@@ -62,6 +65,15 @@ WHERE b.name = s.name;
 -- A stored model reads the same as before, field for field.
 SELECT name, (m).k, (m).dim, (m).metric, (m).init, (m).n_rows FROM stored ORDER BY name;
 
+-- 0.2's storage attribute reads NULL in the old values, which means float32:
+-- a vector float16 could not hold is labelled, as a float32 model labels it.
+SELECT name, (m).storage FROM stored ORDER BY name;
+SELECT kmeans_assign(m, '{70000, 0, 1}'::real[]) AS old_model,
+       kmeans_assign(json_populate_record(m, '{"storage": "float32"}'), '{70000, 0, 1}'::real[]) AS float32_model
+FROM stored WHERE name = 'fit explicit';
+SELECT kmeans_assign(json_populate_record(m, '{"storage": "float16"}'), '{70000, 0, 1}'::real[])
+FROM stored WHERE name = 'fit explicit';
+
 -- New models sit beside the old ones in the same column.
 INSERT INTO stored SELECT 'new aggregate', kmeans(v, 3, '{"seed": 5}') FROM pts;
 -- (compared on 0.1's attributes: later attributes are NULL in old values)
@@ -73,6 +85,9 @@ SELECT ((a.m).k, (a.m).dim, (a.m).metric, (a.m).centroids, (a.m).sizes, (a.m).in
         (b.m).cluster_inertia, (b.m).init, (b.m).seed, (b.m).n_init, (b.m).max_iter, (b.m).tol)
          AS same_model_as_0_1
 FROM stored a, stored b WHERE a.name = 'new aggregate' AND b.name = 'aggregate l2';
+SELECT (m).storage FROM stored WHERE name = 'new aggregate';
+INSERT INTO stored SELECT 'new float16', kmeans(v, 3, '{"seed": 5, "storage": "float16"}') FROM pts;
+SELECT (m).storage, (m).n_rows FROM stored WHERE name = 'new float16';
 
 \c :regress_db
 DROP DATABASE kmeans_upgrade;

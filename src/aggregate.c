@@ -89,6 +89,7 @@ NewState(MemoryContext aggcontext, int k, Jsonb *options)
 	KmOptionsCheck(&state->opts);
 	KmMatrixInit(&state->matrix, aggcontext, false,
 				 state->opts.metric == KM_METRIC_COSINE);
+	KmMatrixSetStorage(&state->matrix, state->opts.storage);
 	MemoryContextSwitchTo(old);
 	return state;
 }
@@ -163,7 +164,10 @@ kmeans_accum(PG_FUNCTION_ARGS)
 		CheckSameCall(state, k, options);
 
 	if (PG_ARGISNULL(1))
+	{
 		state->n_null++;
+		KmMatrixSkipRow(&state->matrix);
+	}
 	else
 	{
 		if (state->gpu != NULL)

@@ -73,6 +73,7 @@ FitRow(void *arg, Datum *values, bool *nulls)
 	if (nulls[0] || (scan->weighted && nulls[1]))
 	{
 		scan->n_skipped++;
+		KmMatrixSkipRow(&scan->matrix);
 		return;
 	}
 	vec = DatumGetArrayTypeP(values[0]);
@@ -116,6 +117,7 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 	scan->opts = opts;
 	scan->estimated_rows = KmEstimateRows(spec->relid);
 	KmMatrixInit(&scan->matrix, context, scan->weighted, opts->metric == KM_METRIC_COSINE);
+	KmMatrixSetStorage(&scan->matrix, opts->storage);
 	KmScanTable(spec, FitRow, scan);
 	if (kmeans_verbose)
 	{
@@ -141,7 +143,8 @@ PG_FUNCTION_INFO_V1(kmeans_fit);
 /*
  * kmeans_fit(source regclass, column_name text, k int, max_iter int, tol
  * float8, init text, init_centroids real[], metric text, seed bigint, n_init
- * int, weight_column text, engine text [, chain_length int]) -> kmeans_model
+ * int, weight_column text, engine text [, chain_length int [, storage
+ * text]]) -> kmeans_model
  */
 Datum
 kmeans_fit(PG_FUNCTION_ARGS)
@@ -186,6 +189,11 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	{
 		KmArgNotNull(fcinfo, 12, "chain_length");
 		opts.chain_length = PG_GETARG_INT32(12);
+	}
+	if (PG_NARGS() > 13)
+	{
+		KmArgNotNull(fcinfo, 13, "storage");
+		KmOptionsSetStorage(&opts, text_to_cstring(PG_GETARG_TEXT_PP(13)));
 	}
 	KmOptionsCheck(&opts);
 	KmOptionsFixSeed(&opts);

@@ -507,6 +507,9 @@ KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 	const bool	raise = choice == KM_ENGINE_GPU;
 
 	Assert(m->dim > 0);
+	/* rows rounded to a half-precision storage stay on the host (KmRunFit) */
+	if (m->storage != KM_STORAGE_FLOAT32)
+		return NULL;
 	api = KmGpuForFit(choice, Max(expected_rows, m->n), m->dim, Min(k, Max(expected_rows, 1)),
 					  metric);
 	if (api == NULL)

@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "kmeans_engine.h"
+#include "kmeans_gpu_cuda.h"		/* km_storage, km_gpu_layout: plain C */
 
 /* guc.c */
 typedef enum KmEngineChoice
@@ -64,6 +65,7 @@ typedef struct KmOptions
 	int			n_init;
 	int			engine;			/* a KmEngineChoice, or -1: kmeans_gpu.engine */
 	int			chain_length;	/* afk-mc2 */
+	km_storage	storage;		/* rows rounded to this as they are read */
 } KmOptions;
 
 extern void KmOptionsDefaults(KmOptions *opts);
@@ -83,6 +85,9 @@ extern void KmArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name);
 extern const char *KmMetricName(km_metric metric);
 extern int	KmMetricByName(const char *name);
 extern const char *KmInitName(km_init init);
+extern void KmOptionsSetStorage(KmOptions *opts, const char *storage);
+extern const char *KmStorageName(km_storage storage);
+extern int	KmStorageByName(const char *name);
 extern int64 KmJsonInteger(const char *key, const JsonbValue *v, int64 min, int64 max);
 extern double KmJsonNumber(const char *key, const JsonbValue *v);
 extern char *KmJsonString(const char *key, const JsonbValue *v);
@@ -93,6 +98,8 @@ extern void KmVectorRead(ArrayType *vec, int dim, float *out);
 extern void KmVectorReadRow(ArrayType *vec, int dim, float *out, bool stream, bool cosine);
 extern void KmStoreFence(void);
 extern void KmCheckDimension(int expected, int got);
+extern void KmVectorRound(float *x, int dim, km_storage storage, bool cosine, int64 row,
+						  const int64 *id);
 
 /* Rows being gathered in chunks of host memory. */
 typedef struct KmMatrix
@@ -107,10 +114,14 @@ typedef struct KmMatrix
 	int64		last_capacity;	/* rows the last chunk can hold */
 	bool		weighted;
 	bool		cosine;			/* reject zero vectors as they arrive */
+	km_storage	storage;		/* round every value to this as it arrives */
+	int64		input_rows;		/* rows offered, NULL vectors included: for messages */
 	Size		bytes;			/* allocated for rows and weights */
 } KmMatrix;
 
 extern void KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine);
+extern void KmMatrixSetStorage(KmMatrix *m, km_storage storage);
+extern void KmMatrixSkipRow(KmMatrix *m);
 extern float *KmMatrixReserve(KmMatrix *m, int dim, int64 want, int64 *got);
 extern void KmMatrixAppendRows(KmMatrix *m, int dim, const float *x, const float *w, int64 n);
 extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight);
@@ -174,6 +185,7 @@ typedef struct KmModel
 	double	   *cnorms;			/* k norms, for cosine */
 	int64	   *sizes;			/* k, or NULL */
 	double	   *cluster_inertia;	/* k, or NULL */
+	km_storage	storage;		/* how its rows were rounded: rows to label are too */
 } KmModel;
 
 extern Datum KmModelMake(FunctionCallInfo fcinfo, const KmOptions *opts,

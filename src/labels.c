@@ -5,7 +5,8 @@
  *
  * Both decide with the engines' exact rule (src/include/km_exact.h), so a
  * row gets the same cluster from kmeans_assign, from kmeans_labels, and
- * from the fit that produced the model.
+ * from the fit that produced the model; both round the row first as the
+ * model's storage says, as the fit rounded its rows.
  */
 #include "postgres.h"
 
@@ -167,6 +168,7 @@ kmeans_assign(PG_FUNCTION_ARGS)
 
 	CheckVectorDim(&cache->model, KmVectorDim(vec));
 	KmVectorRead(vec, cache->model.dim, cache->vec);
+	KmVectorRound(cache->vec, cache->model.dim, cache->model.storage, false, 0, NULL);
 	label = km_nearest_row(cache->nearest, cache->vec, &cost);
 	if (label < 0)
 		ereport(ERROR,
@@ -184,6 +186,7 @@ typedef struct KmLabelScan
 	int			cap;			/* rows per batch */
 	int			nrows;			/* rows in the batch */
 	int			nvec;			/* of which with a vector */
+	int64		rows;			/* rows read so far, for messages */
 	float	   *x;				/* nvec x dim */
 	int64	   *ids;
 	bool	   *id_null;
@@ -241,6 +244,7 @@ LabelRow(void *arg, Datum *values, bool *nulls)
 	KmLabelScan *s = (KmLabelScan *) arg;
 	int			i = s->nrows;
 
+	s->rows++;
 	s->id_null[i] = nulls[1];
 	s->ids[i] = nulls[1] ? 0 : DatumGetInt64(values[1]);
 	s->slot[i] = -1;
@@ -251,6 +255,8 @@ LabelRow(void *arg, Datum *values, bool *nulls)
 
 		CheckVectorDim(s->model, KmVectorDim(vec));
 		KmVectorRead(vec, s->model->dim, row);
+		KmVectorRound(row, s->model->dim, s->model->storage, false, s->rows,
+					  nulls[1] ? NULL : &s->ids[i]);
 		if (s->model->metric == KM_METRIC_COSINE)
 		{
 			bool		zero = true;

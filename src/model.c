@@ -43,8 +43,26 @@ enum
 	MODEL_N_INIT,
 	MODEL_MAX_ITER,
 	MODEL_TOL,
+	MODEL_STORAGE,				/* 0.2 */
 	MODEL_NATTS
 };
+
+/*
+ * Attributes of kmeans_model as 0.1 declared it: the type of a database not
+ * yet updated (ALTER EXTENSION kmeans_gpu UPDATE), which this library
+ * serves too.
+ */
+#define MODEL_NATTS_0_1 MODEL_STORAGE
+
+/* The layout a model of tupdesc has: one of the two above, or an ERROR. */
+static int
+ModelAtts(TupleDesc tupdesc)
+{
+	if (tupdesc->natts != MODEL_NATTS && tupdesc->natts != MODEL_NATTS_0_1)
+		elog(ERROR, "kmeans_model has %d attributes, expected %d; is the extension up to date?",
+			 tupdesc->natts, MODEL_NATTS);
+	return tupdesc->natts;
+}
 
 /*
  * The model Datum for a finished fit, for a function returning kmeans_model.
@@ -77,9 +95,12 @@ KmModelMakeTuple(TupleDesc tupdesc, const KmOptions *opts, const KmFitOutput *fi
 	int			nelems;
 
 	tupdesc = BlessTupleDesc(tupdesc);
-	if (tupdesc->natts != MODEL_NATTS)
-		elog(ERROR, "kmeans_model has %d attributes, expected %d; is the extension up to date?",
-			 tupdesc->natts, MODEL_NATTS);
+	if (ModelAtts(tupdesc) == MODEL_NATTS_0_1 && opts->storage != KM_STORAGE_FLOAT32)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("storage '%s' needs kmeans_gpu 0.2", KmStorageName(opts->storage)),
+				 errdetail("kmeans_model has no storage attribute before 0.2, so the model could not say how its rows were rounded."),
+				 errhint("Run ALTER EXTENSION kmeans_gpu UPDATE.")));
 
 	memset(nulls, 0, sizeof(nulls));
 	values[MODEL_K] = Int32GetDatum(k);
@@ -118,6 +139,7 @@ KmModelMakeTuple(TupleDesc tupdesc, const KmOptions *opts, const KmFitOutput *fi
 	values[MODEL_N_INIT] = Int32GetDatum(opts->n_init);
 	values[MODEL_MAX_ITER] = Int32GetDatum(opts->max_iter);
 	values[MODEL_TOL] = Float8GetDatum(opts->tol);
+	values[MODEL_STORAGE] = CStringGetTextDatum(KmStorageName(opts->storage));
 
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
@@ -172,9 +194,8 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 
 	tupdesc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(model),
 									 HeapTupleHeaderGetTypMod(model));
-	if (tupdesc->natts != MODEL_NATTS)
-		elog(ERROR, "kmeans_model has %d attributes, expected %d; is the extension up to date?",
-			 tupdesc->natts, MODEL_NATTS);
+	nulls[MODEL_STORAGE] = true;	/* a 0.1 type has no such attribute */
+	(void) ModelAtts(tupdesc);
 	tuple.t_len = HeapTupleHeaderGetDatumLength(model);
 	ItemPointerSetInvalid(&tuple.t_self);
 	tuple.t_tableOid = InvalidOid;
@@ -202,6 +223,19 @@ KmModelRead(HeapTupleHeader model, KmModel *out)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid kmeans_model: unknown metric \"%s\"", metric)));
+
+	/* NULL: a model stored before 0.2, whose rows were float32 */
+	out->storage = KM_STORAGE_FLOAT32;
+	if (!nulls[MODEL_STORAGE])
+	{
+		char	   *storage = TextDatumGetCString(values[MODEL_STORAGE]);
+
+		if (KmStorageByName(storage) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid kmeans_model: unknown storage \"%s\"", storage)));
+		out->storage = (km_storage) KmStorageByName(storage);
+	}
 
 	if (nulls[MODEL_CENTROIDS])
 		BadModel("centroids is NULL", 0, 0);

@@ -25,7 +25,7 @@
 #include "kmeans_gpu.h"
 #include "km_afkmc2.h"
 
-#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine, chain_length"
+#define KM_OPTION_NAMES "max_iter, tol, init, init_centroids, metric, seed, n_init, engine, chain_length, storage"
 
 /* Defaults, documented in README and in kmeans_fit's signature. */
 void
@@ -39,6 +39,7 @@ KmOptionsDefaults(KmOptions *opts)
 	opts->n_init = 1;
 	opts->engine = -1;
 	opts->chain_length = KM_AFKMC2_CHAIN_LENGTH;
+	opts->storage = KM_STORAGE_FLOAT32;
 }
 
 /*
@@ -69,6 +70,21 @@ static const KmName init_names[] = {
 	{"kmeans||", KM_INIT_KMEANS_PARALLEL},
 	{"afk-mc2", KM_INIT_AFKMC2},
 	{"afkmc2", KM_INIT_AFKMC2},
+	{NULL, 0}
+};
+
+/* How rows are kept: the names of the formats and their usual spellings. */
+static const KmName storage_names[] = {
+	{"float32", KM_STORAGE_FLOAT32},
+	{"float4", KM_STORAGE_FLOAT32},
+	{"real", KM_STORAGE_FLOAT32},
+	{"fp32", KM_STORAGE_FLOAT32},
+	{"float16", KM_STORAGE_FLOAT16},
+	{"half", KM_STORAGE_FLOAT16},
+	{"fp16", KM_STORAGE_FLOAT16},
+	{"binary16", KM_STORAGE_FLOAT16},
+	{"bfloat16", KM_STORAGE_BFLOAT16},
+	{"bf16", KM_STORAGE_BFLOAT16},
 	{NULL, 0}
 };
 
@@ -105,6 +121,19 @@ KmInitName(km_init init)
 	return KmCanonicalName(init_names, init);
 }
 
+const char *
+KmStorageName(km_storage storage)
+{
+	return KmCanonicalName(storage_names, storage);
+}
+
+/* The storage called name ('float32', 'float16', 'bfloat16', ...: any case), or -1. */
+int
+KmStorageByName(const char *name)
+{
+	return KmLookupName(storage_names, name);
+}
+
 /* The metric called name ('l2', 'euclidean', 'cosine', any case), or -1. */
 int
 KmMetricByName(const char *name)
@@ -137,6 +166,19 @@ KmOptionsSetMetric(KmOptions *opts, const char *metric)
 				 errmsg("unknown metric \"%s\"", metric),
 				 errhint("Use 'l2' (also 'euclidean') or 'cosine'.")));
 	opts->metric = (km_metric) value;
+}
+
+void
+KmOptionsSetStorage(KmOptions *opts, const char *storage)
+{
+	int			value = KmStorageByName(storage);
+
+	if (value < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown storage \"%s\"", storage),
+				 errhint("Use 'float32' (also 'float4', 'real'), 'float16' (also 'half', 'fp16') or 'bfloat16' (also 'bf16').")));
+	opts->storage = (km_storage) value;
 }
 
 void
@@ -404,7 +446,7 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 			strcmp(key, "init") != 0 && strcmp(key, "init_centroids") != 0 &&
 			strcmp(key, "metric") != 0 && strcmp(key, "seed") != 0 &&
 			strcmp(key, "n_init") != 0 && strcmp(key, "engine") != 0 &&
-			strcmp(key, "chain_length") != 0)
+			strcmp(key, "chain_length") != 0 && strcmp(key, "storage") != 0)
 			goto unknown;
 		return;
 	}
@@ -430,6 +472,8 @@ SetOption(KmOptions *opts, const char *key, const JsonbValue *v)
 		KmOptionsSetEngine(opts, JsonString(key, v));
 	else if (strcmp(key, "chain_length") == 0)
 		opts->chain_length = (int) JsonInteger(key, v, 1, PG_INT32_MAX);
+	else if (strcmp(key, "storage") == 0)
+		KmOptionsSetStorage(opts, JsonString(key, v));
 	else
 		goto unknown;
 	return;

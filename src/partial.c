@@ -1162,6 +1162,7 @@ FlushRows(KmPartialState *st)
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(st->rowcontext);
 	KmMatrixInit(&st->rows, st->rowcontext, false, st->model.metric == KM_METRIC_COSINE);
+	KmMatrixSetStorage(&st->rows, st->model.storage);
 	km_xstats_init(&st->xs);
 }
 
@@ -1193,6 +1194,7 @@ kmeans_partial_accum(PG_FUNCTION_ARGS)
 		st->model_hash = KmModelHash(&st->model);
 		st->model_seen = model_arg;
 		KmMatrixInit(&st->rows, st->rowcontext, false, st->model.metric == KM_METRIC_COSINE);
+		KmMatrixSetStorage(&st->rows, st->model.storage);
 		MemoryContextSwitchTo(old);
 	}
 	else if (model_arg != st->model_seen)
@@ -1697,6 +1699,7 @@ kmeans_step(PG_FUNCTION_ARGS)
 	KmOptionsDefaults(&opts);
 	opts.k = model.k;
 	opts.metric = model.metric;
+	opts.storage = model.storage;
 	opts.init = ModelInit(mt);
 	opts.n_init = DatumGetInt32(ModelField(mt, "n_init", Int32GetDatum(1)));
 	opts.max_iter = DatumGetInt32(ModelField(mt, "max_iter", Int32GetDatum(opts.max_iter)));

@@ -266,10 +266,13 @@ ScoreRow(void *arg, Datum *values, bool *nulls)
 	KmdRowsAdd(&s->rows, arr, 0);
 }
 
-/* Every non-NULL row of the column, in canonical order for seed. */
+/*
+ * Every non-NULL row of the column, in canonical order for seed, rounded as
+ * a k-means model's storage says (as its fit rounded them).
+ */
 static void
-ScoreRead(FunctionCallInfo fcinfo, int dim, kmd_metric metric, uint64 seed,
-		  KmScoreScan *scan, KmdOrdered *ordered)
+ScoreRead(FunctionCallInfo fcinfo, int dim, kmd_metric metric, km_storage storage,
+		  uint64 seed, KmScoreScan *scan, KmdOrdered *ordered)
 {
 	KmScanSpec	spec;
 
@@ -285,6 +288,7 @@ ScoreRead(FunctionCallInfo fcinfo, int dim, kmd_metric metric, uint64 seed,
 	scan->dim = dim;
 	scan->sqfd = metric == KMD_METRIC_SQFD;
 	KmdRowsInit(&scan->rows, CurrentMemoryContext, metric, false);
+	KmMatrixSetStorage(&scan->rows.dense, storage);
 	KmScanTable(&spec, ScoreRow, scan);
 	if (scan->rows.n == 0)
 		ereport(ERROR,
@@ -338,7 +342,7 @@ kmeans_score(PG_FUNCTION_ARGS)
 	seed = GetAttributeByName(th, "seed", &seed_null);
 	cosine = model.metric == KM_METRIC_COSINE;
 
-	ScoreRead(fcinfo, model.dim, cosine ? KMD_METRIC_COSINE : KMD_METRIC_L2,
+	ScoreRead(fcinfo, model.dim, cosine ? KMD_METRIC_COSINE : KMD_METRIC_L2, model.storage,
 			  ScoreSeed(fcinfo, seed_null, seed_null ? 0 : DatumGetInt64(seed)), &scan, &ordered);
 
 	/* the model's labels, by the engine, in scan order, then in canonical order */
@@ -393,8 +397,8 @@ kmedoids_score(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("model must not be NULL")));
 	KmCheckSample(fcinfo, 3);
 	KmdModelRead(PG_GETARG_HEAPTUPLEHEADER(0), &model);
-	ScoreRead(fcinfo, model.dim, model.metric, ScoreSeed(fcinfo, model.seed_null, model.seed),
-			  &scan, &ordered);
+	ScoreRead(fcinfo, model.dim, model.metric, KM_STORAGE_FLOAT32,
+			  ScoreSeed(fcinfo, model.seed_null, model.seed), &scan, &ordered);
 
 	labels = palloc_extended(sizeof(int32) * (Size) ordered.data.n, MCXT_ALLOC_HUGE);
 	dist = palloc_extended(sizeof(double) * (Size) ordered.data.n, MCXT_ALLOC_HUGE);

@@ -50,8 +50,9 @@ typedef struct KmShardFit
 {
 	int64		fit_id;
 	Oid			role;			/* who loaded them */
-	char	   *spec;			/* source, columns and metric, as given */
+	char	   *spec;			/* source, columns, metric and storage, as given */
 	km_metric	metric;
+	km_storage	storage;		/* the rows were rounded to it as they loaded */
 	MemoryContext context;
 	KmMatrix	rows;
 	int			dim;
@@ -87,9 +88,11 @@ int			kmeans_shard_idle_timeout_ms = 5 * 60 * 1000;
 
 /* What identifies a fit's rows: the same for every call of one fit. */
 static char *
-ShardSpec(const char *source, const char *column, const char *weight, km_metric metric)
+ShardSpec(const char *source, const char *column, const char *weight, km_metric metric,
+		  km_storage storage)
 {
-	return psprintf("%s\x1f%s\x1f%s\x1f%d", source, column, weight ? weight : "", (int) metric);
+	return psprintf("%s\x1f%s\x1f%s\x1f%d\x1f%d", source, column, weight ? weight : "",
+					(int) metric, (int) storage);
 }
 
 /*
@@ -176,6 +179,7 @@ ShardLoadRow(void *arg, Datum *values, bool *nulls)
 	if (nulls[0] || (fit->weighted && nulls[1]))
 	{
 		ld->n_skipped++;
+		KmMatrixSkipRow(&fit->rows);
 		return;
 	}
 	if (fit->weighted)
@@ -202,8 +206,8 @@ ShardLoadRow(void *arg, Datum *values, bool *nulls)
  */
 static KmShardFit *
 ShardRows(int part, int64 fit_id, const char *source, const char *column,
-		  const char *weight, const char *metric_name, ArrayType *fingerprints,
-		  bool *reloaded)
+		  const char *weight, const char *metric_name, const char *storage_name,
+		  ArrayType *fingerprints, bool *reloaded)
 {
 	KmOptions	mopts;
 	char	   *spec;
@@ -218,14 +222,15 @@ ShardRows(int part, int64 fit_id, const char *source, const char *column,
 
 	KmOptionsDefaults(&mopts);
 	KmOptionsSetMetric(&mopts, metric_name);
-	spec = ShardSpec(source, column, weight, mopts.metric);
+	KmOptionsSetStorage(&mopts, storage_name);
+	spec = ShardSpec(source, column, weight, mopts.metric, mopts.storage);
 	*reloaded = false;
 	if (shard_fit != NULL && shard_fit->fit_id == fit_id)
 	{
 		if (shard_fit->role != GetUserId() || strcmp(shard_fit->spec, spec) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("fit " INT64_FORMAT " was loaded by another role or for other columns",
+					 errmsg("fit " INT64_FORMAT " was loaded by another role, or for other columns, metric or storage",
 							fit_id)));
 		return shard_fit;
 	}
@@ -249,9 +254,12 @@ ShardRows(int part, int64 fit_id, const char *source, const char *column,
 		fit->role = GetUserId();
 		fit->spec = pstrdup(spec);
 		fit->metric = mopts.metric;
+		fit->storage = mopts.storage;
 		fit->weighted = weight != NULL;
 		fit->kmpar_run = -1;
 		KmMatrixInit(&fit->rows, fit->context, fit->weighted, fit->metric == KM_METRIC_COSINE);
+		/* rounded as kmeans_fit rounds them, so that the models agree */
+		KmMatrixSetStorage(&fit->rows, fit->storage);
 		MemoryContextSwitchTo(old);
 
 		memset(&ld, 0, sizeof(ld));
@@ -338,18 +346,20 @@ TextArg(FunctionCallInfo fcinfo, int argno)
 
 /*
  * The fit's rows for a call with the usual leading arguments: (parts,
- * fit_id, source, column_name, weight_column, metric, fingerprints).
+ * fit_id, source, column_name, weight_column, metric, storage,
+ * fingerprints).
  */
 static KmShardFit *
 ShardRowsFromArgs(FunctionCallInfo fcinfo, int part, bool *reloaded)
 {
-	if (PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3) || PG_ARGISNULL(5))
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3) || PG_ARGISNULL(5) ||
+		PG_ARGISNULL(6))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("fit_id, source, column_name and metric must not be NULL")));
+				 errmsg("fit_id, source, column_name, metric and storage must not be NULL")));
 	return ShardRows(part, PG_GETARG_INT64(1), TextArg(fcinfo, 2), TextArg(fcinfo, 3),
-					 TextArg(fcinfo, 4), TextArg(fcinfo, 5),
-					 PG_ARGISNULL(6) ? NULL : PG_GETARG_ARRAYTYPE_P(6), reloaded);
+					 TextArg(fcinfo, 4), TextArg(fcinfo, 5), TextArg(fcinfo, 6),
+					 PG_ARGISNULL(7) ? NULL : PG_GETARG_ARRAYTYPE_P(7), reloaded);
 }
 
 /*
@@ -427,7 +437,7 @@ PG_FUNCTION_INFO_V1(kmeans_shard_load);
 
 /*
  * kmeans_shard_load(parts, fit_id, source, column_name, weight_column,
- * metric, fingerprints) -> (part, n_rows, n_skipped, dim, fingerprint,
+ * metric, storage, fingerprints) -> (part, n_rows, n_skipped, dim, fingerprint,
  * weight_positive, ms, reloaded)
  */
 Datum
@@ -462,7 +472,7 @@ PG_FUNCTION_INFO_V1(kmeans_shard_step);
 
 /*
  * kmeans_shard_step(parts, fit_id, source, column_name, weight_column,
- * metric, fingerprints, previous, centroids) -> (part, partial, moved, ms,
+ * metric, storage, fingerprints, previous, centroids) -> (part, partial, moved, ms,
  * reloaded): the partial of this shard's rows for centroids, and how many
  * rows changed cluster since the assignment to previous (NULL: the first
  * iteration, when every row moves).  Asked twice for the same centroids
@@ -487,15 +497,15 @@ kmeans_shard_step(PG_FUNCTION_ARGS)
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
-		if (PG_ARGISNULL(8))
+		if (PG_ARGISNULL(9))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("centroids must not be NULL")));
-		ShardModel(PG_GETARG_ARRAYTYPE_P(8), fit, &model);
+		ShardModel(PG_GETARG_ARRAYTYPE_P(9), fit, &model);
 		hash = KmModelHash(&model);
-		if (!PG_ARGISNULL(7))
+		if (!PG_ARGISNULL(8))
 		{
-			ShardModel(PG_GETARG_ARRAYTYPE_P(7), fit, &prev);
+			ShardModel(PG_GETARG_ARRAYTYPE_P(8), fit, &prev);
 			prev_hash = KmModelHash(&prev);
 		}
 
@@ -607,7 +617,7 @@ PG_FUNCTION_INFO_V1(kmeans_shard_draw);
 
 /*
  * kmeans_shard_draw(parts, fit_id, source, column_name, weight_column,
- * metric, fingerprints, seed, run, candidates, stream, use_cost, m) ->
+ * metric, storage, fingerprints, seed, run, candidates, stream, use_cost, m) ->
  * (part, keys, hashes, weights, rows, ms, reloaded): the candidates folded
  * in (k-means||), then this shard's m rows with the smallest sampling keys
  * in stream, under the row's weight or its weight times its cost to the
@@ -624,11 +634,11 @@ kmeans_shard_draw(PG_FUNCTION_ARGS)
 		TimestampTz start = GetCurrentTimestamp();
 		bool		reloaded;
 		KmShardFit *fit = ShardRowsFromArgs(fcinfo, part, &reloaded);
-		int			run = PG_GETARG_INT32(8);
-		uint64		seed = (uint64) PG_GETARG_INT64(7);
-		uint64		stream = (uint64) PG_GETARG_INT64(10);
-		bool		use_cost = PG_GETARG_BOOL(11);
-		int			m = PG_GETARG_INT32(12);
+		int			run = PG_GETARG_INT32(9);
+		uint64		seed = (uint64) PG_GETARG_INT64(8);
+		uint64		stream = (uint64) PG_GETARG_INT64(11);
+		bool		use_cost = PG_GETARG_BOOL(12);
+		int			m = PG_GETARG_INT32(13);
 		km_data		data = KmMatrixData(&fit->rows);
 		km_kmpar_draw *draws;
 		int			nout = 0;
@@ -645,7 +655,7 @@ kmeans_shard_draw(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("m must be between 1 and %d, not %d", 1 << 24, m)));
-		ShardFold(fit, run, seed, PG_ARGISNULL(9) ? NULL : PG_GETARG_ARRAYTYPE_P(9));
+		ShardFold(fit, run, seed, PG_ARGISNULL(10) ? NULL : PG_GETARG_ARRAYTYPE_P(10));
 		draws = palloc(sizeof(km_kmpar_draw) * m);
 		if (fit->rows.n > 0)
 			KmRunKmparKeys(&data, fit->hashes, use_cost ? fit->cost : NULL, stream, m,
@@ -699,7 +709,7 @@ PG_FUNCTION_INFO_V1(kmeans_shard_weigh);
 
 /*
  * kmeans_shard_weigh(parts, fit_id, source, column_name, weight_column,
- * metric, fingerprints, seed, run, candidates) -> (part, terms, nterms, ms,
+ * metric, storage, fingerprints, seed, run, candidates) -> (part, terms, nterms, ms,
  * reloaded): the candidates folded in, then each candidate's weight here:
  * the exact sum of the weights of the rows nearest to it, as its
  * canonical expansion (nterms[c] terms of terms for candidate c).
@@ -726,11 +736,11 @@ kmeans_shard_weigh(PG_FUNCTION_ARGS)
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, false, false};
 
-		if (PG_ARGISNULL(9))
+		if (PG_ARGISNULL(10))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("candidates must not be NULL")));
-		ShardFold(fit, PG_GETARG_INT32(8), (uint64) PG_GETARG_INT64(7), PG_GETARG_ARRAYTYPE_P(9));
+		ShardFold(fit, PG_GETARG_INT32(9), (uint64) PG_GETARG_INT64(8), PG_GETARG_ARRAYTYPE_P(10));
 		ncand = fit->kmpar_folded;
 		lev = palloc_extended(sizeof(double) * KM_XLEV_MAX * Max(ncand, 1),
 							  MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);

@@ -80,6 +80,7 @@ typedef struct KmSharded
 	Datum		column;
 	Datum		weight;			/* or 0 */
 	Datum		metric;
+	Datum		storage;
 	Datum		fingerprints;	/* int8[] once loaded, else 0 */
 	int			dim;
 	MemoryContext context;		/* the answers of the current call */
@@ -479,13 +480,15 @@ FitArgs(KmSharded *ks, Oid *types, Datum *values, char *nulls)
 	nulls[5] = ks->weight == (Datum) 0 ? 'n' : ' ';
 	types[6] = TEXTOID;
 	values[6] = ks->metric;
-	types[7] = INT8ARRAYOID;
-	values[7] = ks->fingerprints;
-	nulls[7] = ks->fingerprints == (Datum) 0 ? 'n' : ' ';
-	for (int i = 0; i < 8; i++)
-		if (i != 5 && i != 7)
+	types[7] = TEXTOID;
+	values[7] = ks->storage;
+	types[8] = INT8ARRAYOID;
+	values[8] = ks->fingerprints;
+	nulls[8] = ks->fingerprints == (Datum) 0 ? 'n' : ' ';
+	for (int i = 0; i < 9; i++)
+		if (i != 5 && i != 8)
 			nulls[i] = ' ';
-	return 8;
+	return 9;
 }
 
 /* k x dim floats as a real[][] argument. */
@@ -609,15 +612,15 @@ typedef struct KmShardedRows
 static void
 LoadShards(KmSharded *ks, KmShardedRows *rows)
 {
-	Oid			types[8];
-	Datum		values[8];
-	char		nulls[8];
+	Oid			types[9];
+	Datum		values[9];
+	char		nulls[9];
 	KmAnswers	a;
 	Datum	   *fps = palloc(sizeof(Datum) * ks->nparts);
 	TimestampTz start = GetCurrentTimestamp();
+	int			nargs = FitArgs(ks, types, values, nulls);
 
-	FitArgs(ks, types, values, nulls);
-	ShardCall(ks, "kmeans_sharded_load", 8, types, values, nulls, 7, &a);
+	ShardCall(ks, "kmeans_sharded_load", nargs, types, values, nulls, 7, &a);
 	memset(rows, 0, sizeof(*rows));
 	ks->dim = 0;
 	for (int p = 0; p < ks->nparts; p++)
@@ -717,43 +720,33 @@ DrawShards(KmShardedSeed *ss, uint64 stream, bool use_cost, int m, double *key,
 		   uint64 *hash, float *w, float *x)
 {
 	KmSharded  *ks = ss->ks;
-	Oid			types[13];
-	Datum		values[13];
-	char		nulls[13];
+	Oid			types[15];
+	Datum		values[15];
+	char		nulls[15];
 	KmAnswers	a;
 	KmDrawn    *all;
 	int			nall = 0;
 	int			total = 0;
 	bool		isnull;
+	int			f = FitArgs(ks, types, values, nulls);
 
-	FitArgs(ks, types, values, nulls);
-	types[8] = INT8OID;
-	values[8] = Int64GetDatum((int64) ss->seed);
-	types[9] = INT4OID;
-	values[9] = Int32GetDatum(ss->run);
-	types[10] = FLOAT4ARRAYOID;
-	values[10] = SeedCandidates(ss, ss->nknown, &isnull);
-	types[11] = INT8OID;
-	values[11] = Int64GetDatum((int64) stream);
-	types[12] = BOOLOID;
-	values[12] = BoolGetDatum(use_cost);
-	for (int i = 8; i < 13; i++)
+	/* then seed, run, candidates, stream, use_cost, m */
+	types[f] = INT8OID;
+	values[f] = Int64GetDatum((int64) ss->seed);
+	types[f + 1] = INT4OID;
+	values[f + 1] = Int32GetDatum(ss->run);
+	types[f + 2] = FLOAT4ARRAYOID;
+	values[f + 2] = SeedCandidates(ss, ss->nknown, &isnull);
+	types[f + 3] = INT8OID;
+	values[f + 3] = Int64GetDatum((int64) stream);
+	types[f + 4] = BOOLOID;
+	values[f + 4] = BoolGetDatum(use_cost);
+	types[f + 5] = INT4OID;
+	values[f + 5] = Int32GetDatum(m);
+	for (int i = f; i < f + 6; i++)
 		nulls[i] = ' ';
-	nulls[10] = isnull ? 'n' : ' ';
-	/* m travels as the 14th argument */
-	{
-		Oid			t14[14];
-		Datum		v14[14];
-		char		n14[14];
-
-		memcpy(t14, types, sizeof(types));
-		memcpy(v14, values, sizeof(values));
-		memcpy(n14, nulls, sizeof(nulls));
-		t14[13] = INT4OID;
-		v14[13] = Int32GetDatum(m);
-		n14[13] = ' ';
-		ShardCall(ks, "kmeans_sharded_draw", 14, t14, v14, n14, 6, &a);
-	}
+	nulls[f + 2] = isnull ? 'n' : ' ';
+	ShardCall(ks, "kmeans_sharded_draw", f + 6, types, values, nulls, 6, &a);
 	for (int p = 0; p < ks->nparts; p++)
 		total += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(Answer(&a, p, 2))),
 								ARR_DIMS(DatumGetArrayTypeP(Answer(&a, p, 2))));
@@ -844,32 +837,24 @@ SeedWeights(void *arg, int ncand, double *out, km_error *error)
 
 	PG_TRY();
 	{
-		Oid			types[10];
-		Datum		values[10];
-		char		nulls[10];
+		Oid			types[12];
+		Datum		values[12];
+		char		nulls[12];
 		KmAnswers	a;
 		km_xacc    *acc = palloc(sizeof(km_xacc) * ncand);
 		bool		isnull;
+		int			f = FitArgs(ks, types, values, nulls);
 
-		FitArgs(ks, types, values, nulls);
-		types[8] = INT8OID;
-		values[8] = Int64GetDatum((int64) ss->seed);
-		types[9] = INT4OID;
-		values[9] = Int32GetDatum(ss->run);
-		nulls[8] = nulls[9] = ' ';
-		{
-			Oid			t11[11];
-			Datum		v11[11];
-			char		n11[11];
-
-			memcpy(t11, types, sizeof(types));
-			memcpy(v11, values, sizeof(values));
-			memcpy(n11, nulls, sizeof(nulls));
-			t11[10] = FLOAT4ARRAYOID;
-			v11[10] = SeedCandidates(ss, ncand, &isnull);
-			n11[10] = isnull ? 'n' : ' ';
-			ShardCall(ks, "kmeans_sharded_weigh", 11, t11, v11, n11, 4, &a);
-		}
+		/* then seed, run, candidates */
+		types[f] = INT8OID;
+		values[f] = Int64GetDatum((int64) ss->seed);
+		types[f + 1] = INT4OID;
+		values[f + 1] = Int32GetDatum(ss->run);
+		types[f + 2] = FLOAT4ARRAYOID;
+		values[f + 2] = SeedCandidates(ss, ncand, &isnull);
+		nulls[f] = nulls[f + 1] = ' ';
+		nulls[f + 2] = isnull ? 'n' : ' ';
+		ShardCall(ks, "kmeans_sharded_weigh", f + 3, types, values, nulls, 4, &a);
 		for (int c = 0; c < ncand; c++)
 			km_xacc_init(&acc[c]);
 		for (int p = 0; p < ks->nparts; p++)
@@ -972,20 +957,21 @@ SeedKmeansParallel(KmSharded *ks, int k, km_metric metric, uint64 seed, int run,
 static KmPartialData *
 StepShards(KmSharded *ks, const float *prev, const float *cent, int k, int64 *moved)
 {
-	Oid			types[10];
-	Datum		values[10];
-	char		nulls[10];
+	Oid			types[11];
+	Datum		values[11];
+	char		nulls[11];
 	KmAnswers	a;
 	KmPartialData *merged = NULL;
+	int			f = FitArgs(ks, types, values, nulls);
 
-	FitArgs(ks, types, values, nulls);
-	types[8] = FLOAT4ARRAYOID;
-	values[8] = prev != NULL ? CentroidsArg(prev, k, ks->dim) : (Datum) 0;
-	nulls[8] = prev != NULL ? ' ' : 'n';
-	types[9] = FLOAT4ARRAYOID;
-	values[9] = CentroidsArg(cent, k, ks->dim);
-	nulls[9] = ' ';
-	ShardCall(ks, "kmeans_sharded_step", 10, types, values, nulls, 4, &a);
+	/* then previous, centroids */
+	types[f] = FLOAT4ARRAYOID;
+	values[f] = prev != NULL ? CentroidsArg(prev, k, ks->dim) : (Datum) 0;
+	nulls[f] = prev != NULL ? ' ' : 'n';
+	types[f + 1] = FLOAT4ARRAYOID;
+	values[f + 1] = CentroidsArg(cent, k, ks->dim);
+	nulls[f + 1] = ' ';
+	ShardCall(ks, "kmeans_sharded_step", f + 2, types, values, nulls, 4, &a);
 	*moved = 0;
 	for (int p = 0; p < ks->nparts; p++)
 	{
@@ -1178,8 +1164,8 @@ PG_FUNCTION_INFO_V1(kmeans_fit_sharded);
 /*
  * kmeans_fit_sharded(cluster_name text, source text, column_name text, k
  * int, max_iter int, tol float8, init text, init_centroids real[], metric
- * text, seed bigint, n_init int, weight_column text, engine text) ->
- * kmeans_model
+ * text, seed bigint, n_init int, weight_column text, engine text,
+ * chain_length int, storage text) -> kmeans_model
  */
 Datum
 kmeans_fit_sharded(PG_FUNCTION_ARGS)
@@ -1234,6 +1220,12 @@ kmeans_fit_sharded(PG_FUNCTION_ARGS)
 	/* chain_length: kmeans_fit's option, read (and checked) for afk-mc2 only */
 	if (!PG_ARGISNULL(13))
 		opts.chain_length = PG_GETARG_INT32(13);
+	/* storage: the shards round the rows as they load them, as kmeans_fit does */
+	if (PG_NARGS() > 14)
+	{
+		KmArgNotNull(fcinfo, 14, "storage");
+		KmOptionsSetStorage(&opts, text_to_cstring(PG_GETARG_TEXT_PP(14)));
+	}
 	KmOptionsCheck(&opts);
 	if (opts.init == KM_INIT_KMEANSPP || opts.init == KM_INIT_AFKMC2)
 		ereport(ERROR,
@@ -1252,6 +1244,7 @@ kmeans_fit_sharded(PG_FUNCTION_ARGS)
 	ks.column = PointerGetDatum(PG_GETARG_TEXT_PP(2));
 	ks.weight = PG_ARGISNULL(11) ? (Datum) 0 : PointerGetDatum(PG_GETARG_TEXT_PP(11));
 	ks.metric = CStringGetTextDatum(KmMetricName(opts.metric));
+	ks.storage = CStringGetTextDatum(KmStorageName(opts.storage));
 	ks.context = AllocSetContextCreate(CurrentMemoryContext, "kmeans_fit_sharded answers",
 									   ALLOCSET_DEFAULT_SIZES);
 	do

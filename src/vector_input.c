@@ -19,6 +19,11 @@
  * before the write, no eviction of the scan's pages from the cache), and
  * large chunks ask the kernel for huge pages (one page fault per 2 MB rather
  * than per 4 kB: with 4 kB pages the faults cost more than the scan itself).
+ *
+ * Rows of a fit with storage 'float16' or 'bfloat16' are rounded here, as
+ * they are read (KmVectorRound, on km_half.h), so that every engine
+ * clusters the same values; such rows are written with ordinary stores,
+ * since the rounding reads them back at once.
  */
 #include "postgres.h"
 
@@ -37,6 +42,7 @@
 #include "utils/memutils.h"
 
 #include "kmeans_gpu.h"
+#include "km_half.h"
 
 #define KM_CHUNK_FIRST_ROWS 16
 #define KM_CHUNK_MAX_BYTES ((Size) 64 * 1024 * 1024)
@@ -362,6 +368,63 @@ KmVectorReadRow(ArrayType *vec, int dim, float *out, bool stream, bool cosine)
 }
 
 /*
+ * Round the dim values of x, in place, to storage (nothing for float32),
+ * each to the nearest value of the format, ties to even (km_half.h).  A
+ * value that rounds to infinity is an ERROR naming it and the row: row is
+ * its 1-based ordinal in the input (0: a single vector), id its id when the
+ * caller has one.  Under cosine a row that rounds to all zeros is refused,
+ * as a zero vector is.
+ */
+void
+KmVectorRound(float *x, int dim, km_storage storage, bool cosine, int64 row, const int64 *id)
+{
+	int			overflow = 0;
+	bool		zero = true;
+	int			i;
+
+	if (storage == KM_STORAGE_FLOAT32)
+		return;
+	for (i = 0; i < dim; i++)
+	{
+		float		r = storage == KM_STORAGE_FLOAT16 ? km_f16_round(x[i], &overflow) :
+			km_bf16_round(x[i], &overflow);
+
+		if (unlikely(overflow))
+			break;
+		x[i] = r;
+		zero = zero && r == 0.0f;
+	}
+	if (unlikely(overflow))
+	{
+		char		where[96];
+
+		if (id != NULL)
+			snprintf(where, sizeof(where), " of the row with id " INT64_FORMAT, *id);
+		else if (row > 0)
+			snprintf(where, sizeof(where), " of row " INT64_FORMAT, row);
+		else
+			where[0] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("vector value %g at position %d%s is out of range for storage %s",
+						x[i], i + 1, where, KmStorageName(storage)),
+				 storage == KM_STORAGE_FLOAT16 ?
+				 errdetail("float16 holds magnitudes up to 65504; from 65520 up a value rounds to infinity.") :
+				 errdetail("bfloat16 holds magnitudes up to about 3.39e38; larger values round to infinity."),
+				 errhint("Use storage 'float32'%s, or scale the vectors.",
+						 storage == KM_STORAGE_FLOAT16 ? " or 'bfloat16'" : "")));
+	}
+	if (cosine && zero)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("zero vector cannot be clustered with metric cosine"),
+				 errdetail("Every value%s rounds to zero in storage %s, and a vector of zeros has no direction.",
+						   row > 0 ? psprintf(" of row " INT64_FORMAT, row) : "",
+						   KmStorageName(storage)),
+				 errhint("Filter such rows out, or use storage 'float32'.")));
+}
+
+/*
  * Fail before allocating when a call would need more than
  * kmeans_gpu.max_memory.
  */
@@ -390,6 +453,23 @@ KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine)
 	m->context = context;
 	m->weighted = weighted;
 	m->cosine = cosine;
+}
+
+/* Round every row m is given from now on to storage (KmVectorRound). */
+void
+KmMatrixSetStorage(KmMatrix *m, km_storage storage)
+{
+	m->storage = storage;
+}
+
+/*
+ * A row of the input that brings no vector (NULL): counted, so that the
+ * rows named in messages are counted as the input has them.
+ */
+void
+KmMatrixSkipRow(KmMatrix *m)
+{
+	m->input_rows++;
 }
 
 /*
@@ -533,7 +613,15 @@ AppendVector(KmMatrix *m, ArrayType *vec, float weight, bool stream)
 	row = KmMatrixReserve(m, dim, 1, &got);	/* checks the length */
 	if (m->weighted)
 		*m->weights_next = weight;
-	KmVectorReadRow(vec, dim, row, stream, m->cosine);
+	m->input_rows++;
+	if (m->storage == KM_STORAGE_FLOAT32)
+		KmVectorReadRow(vec, dim, row, stream, m->cosine);
+	else
+	{
+		/* read with ordinary stores: the rounding reads the row back at once */
+		KmVectorReadRow(vec, dim, row, false, m->cosine);
+		KmVectorRound(row, dim, m->storage, m->cosine, m->input_rows, NULL);
+	}
 	return row;
 }
 

@@ -91,6 +91,7 @@ FitPartition(WindowObject winobj, int nargs, KmWindowState *ws)
 
 	ws->labels = MemoryContextAllocHuge(partcontext, sizeof(int32) * Max(nrows, 1));
 	KmMatrixInit(&m, work, false, opts.metric == KM_METRIC_COSINE);
+	KmMatrixSetStorage(&m, opts.storage);
 	for (int64 pos = 0; pos < nrows; pos++)
 	{
 		bool		isnull;
@@ -109,7 +110,10 @@ FitPartition(WindowObject winobj, int nargs, KmWindowState *ws)
 		vec = WinGetFuncArgInPartition(winobj, 0, pos, WINDOW_SEEK_HEAD, false,
 									   &isnull, &isout);
 		if (isnull)
+		{
 			ws->labels[pos] = -1;
+			KmMatrixSkipRow(&m);
+		}
 		else
 		{
 			KmMatrixAppendVector(&m, DatumGetArrayTypeP(vec), 1.0f);

@@ -152,7 +152,7 @@ def main():
          r"kmeans needs .* more than kmeans_gpu.max_memory \(16 MB\)")
     case("kmeans_labels with a model of a million values per centroid",
          "SELECT count(*) FROM kmeans_labels(ROW(1, 1000000, 'l2', array_fill(0::real, ARRAY[1, 1000000]), "
-         "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, "
+         "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::kmeans_model, "
          "'mb_labels', 'v', 'id')",
          "8MB", 2 * 4 * MB,
          r"kmeans_labels needs .* more than kmeans_gpu.max_memory \(8192 kB\)",

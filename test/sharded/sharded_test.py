@@ -248,6 +248,13 @@ def case_equal(c):
         ("names with quotes, semicolons and spaces",
          "kmeans_fit_sharded('kmc', %(st)s, %(sc)s, 5, seed => 2)",
          "kmeans_fit(%(st)s, %(sc)s, 5, init => 'k-means||', seed => 2)"),
+        # the shards round the rows as they load them, as kmeans_fit does
+        ("storage float16, k-means||",
+         "kmeans_fit_sharded('kmc', 'pts', 'v', 11, seed => 7, storage => 'float16')",
+         "kmeans_fit('pts', 'v', 11, init => 'k-means||', seed => 7, storage => 'float16')"),
+        ("storage bfloat16, random init, weights",
+         "kmeans_fit_sharded('kmc', 'pts', 'v', 9, init => 'random', seed => 3, weight_column => 'w', storage => 'bfloat16')",
+         "kmeans_fit('pts', 'v', 9, init => 'random', seed => 3, weight_column => 'w', storage => 'bfloat16')"),
     ]
     params = {"init": init, "st": q(WEIRD_TABLE), "sc": WEIRD_COLUMN}
     refs = {}
@@ -257,6 +264,13 @@ def case_equal(c):
         refs[name] = (a, b)
         tap.check(models_equal(co, a, b), f"1: sharded = kmeans_fit over the union, bit for bit: {name}",
                   f"sharded {a[:300]}\nsingle  {b[:300]}")
+    # ... and the rounding did happen: the float16 model is not the float32 one
+    half = refs["storage float16, k-means||"][0]
+    full = refs["k-means|| with a seed, n_init 2"][0]
+    tap.check(co.sql("SELECT (%s::kmeans_model).storage = 'float16' AND "
+                     "(%s::kmeans_model).centroids <> (kmeans_fit_sharded('kmc', 'pts', 'v', 11, seed => 7)).centroids",
+                     (half, half))[0][0],
+              "1: the sharded float16 model says so, and differs from the float32 one", f"{half[:300]}\n{full[:300]}")
     return refs
 
 
@@ -395,7 +409,7 @@ def case_idle(c):
     cur.execute("SELECT pg_backend_pid()")
     pid = cur.fetchone()[0]
     cur.execute("SET kmeans_gpu.shard_idle_timeout = '500ms'")
-    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 77, 'pts', 'v', NULL, 'l2', NULL)")
+    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 77, 'pts', 'v', NULL, 'l2', 'float32', NULL)")
     loaded = cur.fetchone()[0]
     time.sleep(1.5)
     try:
@@ -413,7 +427,7 @@ def case_idle(c):
     conn = p.connect()
     cur = conn.cursor()
     cur.execute("SET kmeans_gpu.shard_idle_timeout = '500ms'")
-    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 78, 'pts', 'v', NULL, 'l2', NULL)")
+    cur.execute("SELECT n_rows FROM kmeans_shard_load('{0}', 78, 'pts', 'v', NULL, 'l2', 'float32', NULL)")
     cur.execute("SELECT freed > 0 FROM kmeans_shard_end('{0}', 78)")
     freed = cur.fetchone()[0]
     cur.execute("SHOW idle_session_timeout")
