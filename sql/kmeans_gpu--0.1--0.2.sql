@@ -289,6 +289,19 @@ CREATE FUNCTION kmeans_shard_status(parts integer[],
 -- float32, what 0.1 did.
 ALTER TYPE kmeans_model ADD ATTRIBUTE storage text;
 
+-- The devices and the memory a split fit of n rows would take, one row
+-- per logical device of kmeans_gpu.devices and mode ('in memory', 'out of
+-- core'), from the GPU engine's own plan (gpu_plan.c).  With
+-- kmeans_gpu.gpu_memory_limit set it plans for that budget, also on a
+-- machine without a GPU.
+CREATE FUNCTION kmeans_gpu_plan(n bigint, dim integer, k integer,
+	metric text DEFAULT 'l2', storage text DEFAULT 'float32', weighted boolean DEFAULT false,
+	OUT mode text, OUT device integer, OUT ordinal integer, OUT rows bigint,
+	OUT device_bytes bigint, OUT budget bigint, OUT chunk_rows bigint,
+	OUT pinned_bytes bigint, OUT fits boolean)
+	RETURNS SETOF record AS 'MODULE_PATHNAME'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
+
 
 -- == k-medoids, scores and choosing k ==
 

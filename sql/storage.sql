@@ -1,4 +1,7 @@
--- Rows in half precision (the storage option).
+-- Rows in half precision (the storage option), and the settings of fits
+-- that do not fit one GPU (kmeans_gpu.devices, kmeans_gpu.device,
+-- kmeans_gpu.gpu_memory_limit).  The memory plans of those fits are
+-- gpu_plan.sql's: their output depends on the GPU engine being built.
 --
 -- Storage 'float16' or 'bfloat16' rounds every value to the format, to
 -- nearest, ties to even, as it is read; the fit then clusters the rounded
@@ -6,6 +9,56 @@
 -- float32 fit of the same rows rounded beforehand, here in plain SQL.
 SET extra_float_digits = 1;		-- every real shown exactly
 LOAD 'kmeans_gpu';
+
+----------------------------------------------------------------------------
+-- The settings.
+
+-- kmeans_gpu.devices: 'all', or GPU numbers separated by commas (spaces
+-- allowed, repeats allowed: two logical devices on one GPU).  A machine
+-- without a GPU accepts any well-formed list: numbers are checked against
+-- the devices only when a GPU is used.
+SHOW kmeans_gpu.devices;
+SET kmeans_gpu.devices = 'all';
+SET kmeans_gpu.devices = 'ALL ';
+SET kmeans_gpu.devices = '0,0';
+SET kmeans_gpu.devices = ' 3 , 1,3 ';
+SHOW kmeans_gpu.devices;
+SET kmeans_gpu.devices = '0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15';
+-- bad lists
+SET kmeans_gpu.devices = '';
+SET kmeans_gpu.devices = '0,,1';
+SET kmeans_gpu.devices = '1 2';
+SET kmeans_gpu.devices = 'gpu0';
+SET kmeans_gpu.devices = '-1';
+SET kmeans_gpu.devices = '0,all';
+SET kmeans_gpu.devices = '256';
+SET kmeans_gpu.devices = '0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16';
+SHOW kmeans_gpu.devices;
+RESET kmeans_gpu.devices;
+
+-- kmeans_gpu.device, 0.1's one-GPU setting, stays as a deprecated alias:
+-- -1 (its default) leaves kmeans_gpu.devices in charge; any other value
+-- is the one GPU to use (gpu_plan.sql shows it win over kmeans_gpu.devices).
+SHOW kmeans_gpu.device;
+SET kmeans_gpu.device = 2;
+SHOW kmeans_gpu.device;
+SET kmeans_gpu.device = -2;
+SET kmeans_gpu.device = 256;
+RESET kmeans_gpu.device;
+
+-- kmeans_gpu.gpu_memory_limit: per device, in MB; 0, the default, is the
+-- device's free memory.
+SHOW kmeans_gpu.gpu_memory_limit;
+SET kmeans_gpu.gpu_memory_limit = '1.5GB';
+SHOW kmeans_gpu.gpu_memory_limit;
+SET kmeans_gpu.gpu_memory_limit = 300;
+SHOW kmeans_gpu.gpu_memory_limit;
+SET kmeans_gpu.gpu_memory_limit = -1;
+SET kmeans_gpu.gpu_memory_limit = '1 parsec';
+SET kmeans_gpu.gpu_memory_limit = '4PB';
+RESET kmeans_gpu.gpu_memory_limit;
+SELECT name, setting, unit, boot_val FROM pg_settings
+WHERE name IN ('kmeans_gpu.devices', 'kmeans_gpu.device', 'kmeans_gpu.gpu_memory_limit') ORDER BY 1;
 
 ----------------------------------------------------------------------------
 -- Storage names: any case, and the usual spellings; the model says the

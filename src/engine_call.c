@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -230,9 +231,10 @@ KmFitMemory(int64 n, int dim, int k, Size data_bytes, bool want_labels)
 }
 
 /*
- * Whether the GPU engine seeds with init itself.  For the others (k-means||)
- * the CPU engine seeds on the host (KmFitHostSeeded), so the rows must stay
- * in host memory too (callers of KmGpuSinkStart keep them).
+ * Whether the GPU engine seeds with init itself (on one GPU: split fits are
+ * always seeded on the host).  For the others (k-means||, afk-mc2) the CPU
+ * engine seeds on the host (KmFitHostSeeded), so the rows must stay in
+ * host memory too (callers of KmGpuSinkStart keep them).
  */
 bool
 KmInitOnGpu(km_init init)
@@ -241,15 +243,17 @@ KmInitOnGpu(km_init init)
 }
 
 /*
- * A GPU fit with an init the GPU does not implement: each of the n_init
- * runs is seeded on the host by the CPU engine's seed, as the CPU engine
- * would seed it, and fitted on the GPU from those explicit centroids; the
- * run with the lowest inertia wins, ties to the first, as in the CPU
- * engine.
+ * A GPU fit seeded on the host: with an init the GPU does not implement,
+ * or split over several devices or out of core (route), whose split_fit
+ * fits from explicit centroids only.  Each of the n_init runs is seeded on
+ * the host by the CPU engine's seed, as the CPU engine would seed it, and
+ * fitted on the GPU from those explicit centroids; the run with the lowest
+ * inertia wins, ties to the first, as in the CPU engine.
  */
 static km_status
-KmFitHostSeeded(KmGpuSink *sink, const km_data *data, const km_params *params,
-				const km_hooks *hooks, km_result *result, km_error *err)
+KmFitHostSeeded(const KmFitRoute *route, KmGpuSink *sink, const km_data *data,
+				const km_params *params, const km_hooks *hooks, km_result *result,
+				km_error *err)
 {
 	km_params	one = *params;
 	km_result	rr;
@@ -270,7 +274,7 @@ KmFitHostSeeded(KmGpuSink *sink, const km_data *data, const km_params *params,
 		km_status	status = km_cpu_engine.seed(data, params, run, hooks, start, err);
 
 		if (status == KM_OK)
-			status = KmGpuFit(sink, data, &one, hooks, &rr, err);
+			status = KmGpuFit(route, sink, data, &one, hooks, &rr, err);
 		if (status != KM_OK)
 			return status;
 		if (run > 0 && !(rr.inertia < result->inertia))
@@ -290,17 +294,19 @@ KmFitHostSeeded(KmGpuSink *sink, const km_data *data, const km_params *params,
 }
 
 /*
- * One fit: by the GPU (on the rows streamed to sink or, with sink NULL, on
- * the host rows of data) or by the CPU on data; the GPU is tried again while
- * it lacks memory under 'gpu' (another session's fit holds it).  The call is
- * left for KmCallEnd.
+ * One fit, where route says: by the GPU (on the rows streamed to sink or,
+ * with sink NULL, on the host rows of data, on one GPU or split) or by the
+ * CPU on data; the GPU is tried again while it lacks memory under 'gpu'
+ * (another session's fit holds it).  The call is left for KmCallEnd.
  */
 static km_status
-KmFitOnce(KmCall *call, km_hooks *hooks, bool use_gpu, KmGpuSink *sink, const km_data *data,
-		  const km_params *params, km_result *result, km_error *err, KmEngineChoice choice,
-		  int n_init)
+KmFitOnce(KmCall *call, km_hooks *hooks, const KmFitRoute *route, KmGpuSink *sink,
+		  const km_data *data, const km_params *params, km_result *result, km_error *err,
+		  KmEngineChoice choice, int n_init)
 {
 	TimestampTz since = 0;
+	const bool	use_gpu = route->mode != KM_MODE_CPU;
+	const bool	split = route->mode == KM_MODE_SPLIT || route->mode == KM_MODE_OUT_OF_CORE;
 
 	for (;;)
 	{
@@ -308,10 +314,10 @@ KmFitOnce(KmCall *call, km_hooks *hooks, bool use_gpu, KmGpuSink *sink, const km
 
 		KmCallBegin(call, hooks, n_init);
 		memset(err, 0, sizeof(*err));
-		if (use_gpu && !KmInitOnGpu(params->init))
-			status = KmFitHostSeeded(sink, data, params, hooks, result, err);
+		if (use_gpu && (split || !KmInitOnGpu(params->init)))
+			status = KmFitHostSeeded(route, sink, data, params, hooks, result, err);
 		else if (use_gpu)
-			status = KmGpuFit(sink, data, params, hooks, result, err);
+			status = KmGpuFit(route, sink, data, params, hooks, result, err);
 		else
 			status = km_cpu_engine.fit(data, params, hooks, result, err);
 		if (!(status == KM_ERR_DEVICE_NOMEM && choice == KM_ENGINE_GPU && use_gpu &&
@@ -323,7 +329,7 @@ KmFitOnce(KmCall *call, km_hooks *hooks, bool use_gpu, KmGpuSink *sink, const km
 
 /* kmeans_gpu.verbose: what is about to be fitted and by which engine. */
 static void
-ReportFit(int64 n, int dim, const KmOptions *opts, bool use_gpu, bool streamed)
+ReportFit(int64 n, int dim, const KmOptions *opts, const KmFitRoute *route, bool streamed)
 {
 	const char *name;
 
@@ -331,18 +337,22 @@ ReportFit(int64 n, int dim, const KmOptions *opts, bool use_gpu, bool streamed)
 		return;
 	if (streamed)
 		name = "gpu (rows streamed during the scan)";
-	else if (!use_gpu)
+	else if (route->mode == KM_MODE_CPU)
 	{
 		int			threads = km_cpu_threads(n, dim, opts->k, KmCpuThreads());
 
 		name = psprintf("cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
 	}
-	else
+	else if (route->mode == KM_MODE_GPU)
 		name = "gpu";
+	else
+		name = psprintf("gpu (%s over %d logical device%s, seeded on the host)",
+						route->mode == KM_MODE_SPLIT ? "in memory" : "out of core",
+						route->layout.ndevices, route->layout.ndevices == 1 ? "" : "s");
 	ereport(INFO,
-			(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, engine %s",
+			(errmsg("kmeans: " INT64_FORMAT " vectors of %d values into %d clusters, metric %s, init %s, storage %s, engine %s",
 					n, dim, opts->k, KmMetricName(opts->metric),
-					KmInitName(opts->init), name)));
+					KmInitName(opts->init), KmStorageName(opts->storage), name)));
 }
 
 /*
@@ -369,8 +379,9 @@ KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts, bool want_lab
 	KmCall		call;
 	km_status	status;
 	Size		kd;
+	Size		need;
 	bool		streamed;
-	bool		use_gpu;
+	KmFitRoute	route;
 
 	Assert(opts->seed_given);
 	KmOptionsCheckData(opts, n, m->dim);
@@ -381,17 +392,14 @@ KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts, bool want_lab
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a model of %d centroids of %d values exceeds the 1 GB limit of an array",
 						opts->k, m->dim)));
-	{
-		Size		need = KmFitMemory(n, m->dim, opts->k, m->bytes, want_labels);
-
-		/* k-means|| and afk-mc2 take memory of their own while they seed */
-		if (opts->init == KM_INIT_KMEANS_PARALLEL)
-			need = add_size(need, km_cpu_kmpar_workspace(n, m->dim, opts->k, KmCpuThreads()));
-		if (opts->init == KM_INIT_AFKMC2)
-			need = add_size(need, km_afkmc2_bytes(n, opts->k, opts->chain_length,
-												  KmCpuThreads(), m->dim));
-		KmCheckMemory(need, "kmeans");
-	}
+	need = KmFitMemory(n, m->dim, opts->k, m->bytes, want_labels);
+	/* k-means|| and afk-mc2 take memory of their own while they seed */
+	if (opts->init == KM_INIT_KMEANS_PARALLEL)
+		need = add_size(need, km_cpu_kmpar_workspace(n, m->dim, opts->k, KmCpuThreads()));
+	if (opts->init == KM_INIT_AFKMC2)
+		need = add_size(need, km_afkmc2_bytes(n, opts->k, opts->chain_length,
+											  KmCpuThreads(), m->dim));
+	KmCheckMemory(need, "kmeans");
 
 	memset(out, 0, sizeof(*out));
 	out->centroids = palloc_extended(kd * sizeof(float), MCXT_ALLOC_HUGE);
@@ -418,26 +426,50 @@ KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts, bool want_lab
 	result.labels = out->labels;
 
 	/*
-	 * The GPU first: on the rows streamed to it, else on the host rows if it
-	 * should and can take them.  Should it fail under 'auto', the CPU runs
-	 * next, on the host rows.
+	 * The GPU first: on the rows streamed to it, else on the host rows where
+	 * gpu_plan.c places them (one GPU, split, out of core, or the CPU).
+	 * Should the GPU fail under 'auto', the CPU runs next, on the host rows.
 	 */
+	memset(&route, 0, sizeof(route));
+	route.mode = KM_MODE_CPU;
 	streamed = gpu != NULL && KmGpuSinkFinish(gpu);
-	use_gpu = streamed ||
-		(host_rows && KmGpuForFit(choice, n, m->dim, opts->k, opts->metric) != NULL);
+	if (streamed)
+		route.mode = KM_MODE_GPU;
+	else if (host_rows)
+		KmRouteFit(choice, n, m->dim, opts->k, opts->metric, opts->storage, m->weighted,
+				   &route);
+	if (route.mode == KM_MODE_SPLIT || route.mode == KM_MODE_OUT_OF_CORE)
+	{
+		/* the pinned host memory of a split fit counts against max_memory too */
+		Size		split_need = add_size(need, (Size) route.split.pinned_bytes);
+
+		if (choice == KM_ENGINE_GPU)
+			KmCheckMemory(split_need, "kmeans (on the GPUs)");
+		else if (split_need > KmMaxMemoryBytes())
+		{
+			if (kmeans_verbose)
+				ereport(INFO,
+						(errmsg("kmeans: using the CPU engine: with the split fit's " UINT64_FORMAT " bytes of pinned host memory, it would need more than kmeans_gpu.max_memory",
+								(uint64) route.split.pinned_bytes)));
+			route.mode = KM_MODE_CPU;
+		}
+	}
 	for (;;)
 	{
+		const bool	use_gpu = route.mode != KM_MODE_CPU;
+
 		if (!use_gpu && !host_rows)
 			return false;		/* the GPU gave up on rows it alone had */
-		ReportFit(n, m->dim, opts, use_gpu, streamed);
-		status = KmFitOnce(&call, &hooks, use_gpu, streamed ? gpu : NULL, &data, &params,
+		ReportFit(n, m->dim, opts, &route, streamed);
+		status = KmFitOnce(&call, &hooks, &route, streamed ? gpu : NULL, &data, &params,
 						   &result, &err, choice, opts->n_init);
 		if (!KmCallEnd(&call, status, &err, use_gpu && choice != KM_ENGINE_GPU))
 			break;
-		use_gpu = streamed = false;
+		route.mode = KM_MODE_CPU;
+		streamed = false;
 	}
 
-	out->engine = use_gpu ? "gpu" : km_cpu_engine.name;
+	out->engine = route.mode != KM_MODE_CPU ? "gpu" : km_cpu_engine.name;
 	out->n_rows = n;
 	out->inertia = result.inertia;
 	out->iterations = result.iterations;
@@ -449,30 +481,48 @@ KmRunFit(const KmMatrix *m, KmGpuSink *gpu, const KmOptions *opts, bool want_lab
 
 /*
  * Nearest centroid and distance for every row of data (kmeans_labels), on
- * the GPU when kmeans_gpu.engine and the free GPU memory say so.
+ * the GPU when kmeans_gpu.engine and the free GPU memory say so: split over
+ * the logical devices when kmeans_gpu.devices lists more than one
+ * (split_assign), else on the one GPU as ever.
  */
 void
 KmRunAssign(const km_data *data, const float *centroids, int k, km_metric metric,
 			int32 *labels, double *distances)
 {
 	KmEngineChoice choice = KmEngineSetting();
-	const km_engine *engine = KmGpuForAssign(choice, data->n, data->d, k);
+	km_gpu_layout layout;
+	KmFitMode	mode = KmRouteAssign(choice, &layout);
+	const km_gpu_api *api = NULL;
+	const km_engine *engine = NULL;
 	km_hooks	hooks;
 	km_error	err;
 	KmCall		call;
 	km_status	status;
 
-	if (engine == NULL)
+	if (mode == KM_MODE_SPLIT)
+	{
+		const char *reason;
+
+		api = KmGpuStarted(&reason);
+	}
+	else if (mode == KM_MODE_GPU)
+		engine = KmGpuForAssign(choice, data->n, data->d, k);
+	if (api == NULL && engine == NULL)
 		engine = &km_cpu_engine;
 	for (;;)
 	{
 		KmCallBegin(&call, &hooks, 1);
 		hooks.report = NULL;	/* batches are short; the caller checks interrupts */
 		memset(&err, 0, sizeof(err));
-		status = engine->assign(data, centroids, k, metric, labels, distances, &hooks, &err);
+		if (api != NULL)
+			status = api->split_assign(data, centroids, k, metric, &layout, labels, distances,
+									   &hooks, &err);
+		else
+			status = engine->assign(data, centroids, k, metric, labels, distances, &hooks, &err);
 		if (!KmCallEnd(&call, status, &err,
 					   engine != &km_cpu_engine && choice != KM_ENGINE_GPU))
 			break;
+		api = NULL;
 		engine = &km_cpu_engine;
 	}
 }

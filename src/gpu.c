@@ -1,9 +1,11 @@
 /*
  * gpu.c
  *	  The GPU engine seen from a backend: loading kmeans_gpu_cuda.so on first
- *	  use, choosing the device, deciding whether a fit goes to the GPU,
- *	  streaming rows to it during a scan, kmeans_gpu_devices(), and the
- *	  session-wide "GPU broken" state after a sticky CUDA error.
+ *	  use, choosing the device, the logical devices of kmeans_gpu.devices,
+ *	  whether the device has room, streaming rows to it during a scan,
+ *	  kmeans_gpu_devices(), and the session-wide "GPU broken" state after a
+ *	  sticky CUDA error.  Which mode a fit runs in (one GPU, split over
+ *	  several, out of core, or the CPU) is gpu_plan.c's decision.
  *
  * kmeans_gpu.so never links CUDA.  The CUDA object is opened with dlopen()
  * the first time a backend wants a GPU; opening it initialises nothing, and
@@ -24,6 +26,10 @@
  * GPU that gives up leaves the caller to read the rows again (KmRunFit says
  * so).  Vectors are read and checked by vector_input.c, which knows nothing
  * of the GPU.
+ *
+ * Work on one GPU (streamed fits, k-medoids, labels) runs on the first
+ * device kmeans_gpu.devices lists; split fits (gpu_plan.c) use them all.
+ * kmeans_gpu.gpu_memory_limit caps what any of them may take on a device.
  */
 #include "postgres.h"
 
@@ -73,6 +79,8 @@ static const km_gpu_api *gpu_api = NULL;
 static bool gpu_unusable = false;	/* no device, or broken: for the session */
 static char gpu_reason[384] = "";
 static int	gpu_device = -1;	/* device set in the CUDA engine */
+
+static void GpuRefuse(const char *reason) pg_attribute_noreturn();
 
 /* Process exit: give the device back, whatever state it is in. */
 static void
@@ -127,14 +135,31 @@ GpuLoadLibrary(void)
 }
 
 /*
- * The GPU engine with kmeans_gpu.device selected, or NULL (and the reason in
- * gpu_reason) when this backend cannot use a GPU.
+ * Whether ordinal names a device of the count this backend sees; if not,
+ * the reason in gpu_reason.
+ */
+static bool
+GpuOrdinalSeen(const KmDeviceList *list, int ordinal, int count)
+{
+	if (ordinal < count)
+		return true;
+	snprintf(gpu_reason, sizeof(gpu_reason),
+			 "%s names GPU %d, but this backend sees %d GPU%s",
+			 list->setting, ordinal, count, count == 1 ? "" : "s");
+	return false;
+}
+
+/*
+ * The GPU engine with the first device of kmeans_gpu.devices selected, or
+ * NULL (and the reason in gpu_reason) when this backend cannot use a GPU.
  */
 static const km_gpu_api *
 GpuGet(void)
 {
 	km_error	err;
 	int			count;
+	int			device;
+	KmDeviceList list;
 
 	if (!IsUnderPostmaster)
 	{
@@ -157,16 +182,13 @@ GpuGet(void)
 			GpuUnusable("no usable GPU: %s", err.message[0] ? err.message : "no CUDA device");
 		return NULL;
 	}
-	if (kmeans_gpu_device >= count)
-	{
-		snprintf(gpu_reason, sizeof(gpu_reason),
-				 "kmeans_gpu.device is %d, but this backend sees %d GPU%s",
-				 kmeans_gpu_device, count, count == 1 ? "" : "s");
+	KmDeviceSetting(&list);
+	device = list.all ? 0 : list.devices[0];
+	if (!GpuOrdinalSeen(&list, device, count))
 		return NULL;
-	}
-	if (gpu_device != kmeans_gpu_device)
+	if (gpu_device != device)
 	{
-		km_status	st = gpu_api->set_device(kmeans_gpu_device, &err);
+		km_status	st = gpu_api->set_device(device, &err);
 
 		if (st != KM_OK)
 		{
@@ -176,10 +198,95 @@ GpuGet(void)
 				snprintf(gpu_reason, sizeof(gpu_reason), "%s", err.message);
 			return NULL;
 		}
-		gpu_device = kmeans_gpu_device;
+		gpu_device = device;
 	}
 	return gpu_api;
 }
+
+/*
+ * The GPU engine's table, loaded but not started (no CUDA call is made:
+ * kmeans_gpu_plan plans without a device), or NULL with the reason.
+ */
+const km_gpu_api *
+KmGpuLoaded(const char **reason)
+{
+	if (!gpu_loaded)
+		GpuLoadLibrary();
+	*reason = gpu_reason;
+	return gpu_api;
+}
+
+/*
+ * Whether this GPU engine can split fits: the four functions of ABI 3 that
+ * do it.  An engine built before they were written leaves them NULL.
+ */
+bool
+KmGpuCanSplit(const km_gpu_api *api)
+{
+	return api != NULL && api->split_plan != NULL && api->split_fit != NULL &&
+		api->split_assign != NULL && api->copy_rate != NULL;
+}
+
+/*
+ * The logical devices of kmeans_gpu.devices (or kmeans_gpu.device) for
+ * work split over them, with storage and kmeans_gpu.gpu_memory_limit:
+ * 'all' becomes every device this backend sees (it asks the engine api how
+ * many, which starts CUDA), and each ordinal is checked against them;
+ * count < 0: do not ask, and take the ordinals as they are (planning
+ * without a device).  Returns false, with the reason in gpu_reason, when
+ * an ordinal is not there or 'all' finds none.
+ */
+bool
+KmGpuLayout(const km_gpu_api *api, km_storage storage, bool ask, km_gpu_layout *layout)
+{
+	KmDeviceList list;
+	km_error	err;
+	int			count = -1;
+
+	memset(layout, 0, sizeof(*layout));
+	memset(&err, 0, sizeof(err));
+	KmDeviceSetting(&list);
+	if (ask || list.all)
+		count = Max(api->device_count(&err), 0);
+	if (list.all)
+	{
+		layout->ndevices = Min(count, KM_GPU_MAX_DEVICES);
+		for (int i = 0; i < layout->ndevices; i++)
+			layout->devices[i] = i;
+		if (count == 0)
+			snprintf(gpu_reason, sizeof(gpu_reason),
+					 "%s is 'all', but this backend sees no GPU%s%s", list.setting,
+					 err.message[0] ? ": " : "", err.message);
+	}
+	else
+	{
+		layout->ndevices = list.ndevices;
+		for (int i = 0; i < list.ndevices; i++)
+		{
+			if (count >= 0 && !GpuOrdinalSeen(&list, list.devices[i], count))
+				return false;
+			layout->devices[i] = list.devices[i];
+		}
+	}
+	layout->memory_limit = KmGpuMemoryLimitBytes();
+	layout->storage = storage;
+	layout->out_of_core = 0;
+	return layout->ndevices > 0;
+}
+
+/*
+ * The GPU engine, started, for work on the GPUs, or NULL with the reason
+ * (under 'gpu' the caller refuses with it: KmGpuRefuse).
+ */
+const km_gpu_api *
+KmGpuStarted(const char **reason)
+{
+	const km_gpu_api *api = GpuGet();
+
+	*reason = gpu_reason;
+	return api;
+}
+
 
 /* Fail a gpu-only request with the reason the GPU cannot serve it. */
 static void
@@ -190,6 +297,13 @@ GpuRefuse(const char *reason)
 			 errmsg("the GPU engine cannot run this fit"),
 			 errdetail("%s", reason),
 			 errhint("Set kmeans_gpu.engine (or the option engine) to 'auto' or 'cpu'.")));
+}
+
+/* GpuRefuse, for gpu_plan.c. */
+void
+KmGpuRefuse(const char *reason)
+{
+	GpuRefuse(reason);
 }
 
 /* bytes as pg_size_pretty writes them. */
@@ -245,33 +359,45 @@ GpuWaitForMemory(uint64 need, km_gpu_device *info)
 }
 
 /*
- * Whether the device has need bytes free for what.  Under 'gpu' a need that
- * fits the device waits for other sessions to free memory, and a need that
- * does not fit is an ERROR; under 'auto' the answer is simply no.
+ * Whether the device has need bytes free for what, within
+ * kmeans_gpu.gpu_memory_limit.  Under 'gpu' a need that fits the device
+ * (and the limit) waits for other sessions to free memory, and a need that
+ * does not fit is an ERROR; under 'auto' the answer is simply no.  With
+ * quiet, the answer is a plain yes or no now: no waiting, no message.
  */
 static bool
-GpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char *what)
+GpuRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char *what,
+		bool quiet)
 {
 	km_gpu_device info;
 	km_error	err;
-	char		reason[256];
+	char		reason[320];
+	uint64		limit = KmGpuMemoryLimitBytes();
 
 	memset(&err, 0, sizeof(err));
 	if (api->device_info(gpu_device, &info, &err) != KM_OK)
 	{
-		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU);
+		KmGpuFailed(err.status, err.message, choice == KM_ENGINE_GPU && !quiet);
 		return false;
 	}
-	if (need > info.free_bytes && choice == KM_ENGINE_GPU &&
-		need <= info.total_bytes - info.total_bytes / 16)
-		(void) GpuWaitForMemory(need, &info);
-	if (need <= info.free_bytes)
-		return true;
-
-	snprintf(reason, sizeof(reason),
-			 "%s needs %s of GPU memory; GPU %d (%s) has %s free of %s.",
-			 what, Pretty(need), gpu_device, info.name, Pretty(info.free_bytes),
-			 Pretty(info.total_bytes));
+	if (limit > 0 && need > limit)
+		snprintf(reason, sizeof(reason),
+				 "%s needs %s of GPU memory, more than kmeans_gpu.gpu_memory_limit (%s).",
+				 what, Pretty(need), Pretty(limit));
+	else
+	{
+		if (need > info.free_bytes && choice == KM_ENGINE_GPU && !quiet &&
+			need <= info.total_bytes - info.total_bytes / 16)
+			(void) GpuWaitForMemory(need, &info);
+		if (need <= info.free_bytes)
+			return true;
+		snprintf(reason, sizeof(reason),
+				 "%s needs %s of GPU memory; GPU %d (%s) has %s free of %s.",
+				 what, Pretty(need), gpu_device, info.name, Pretty(info.free_bytes),
+				 Pretty(info.total_bytes));
+	}
+	if (quiet)
+		return false;
 	if (choice == KM_ENGINE_GPU)
 		GpuRefuse(reason);
 	if (kmeans_verbose)
@@ -279,20 +405,34 @@ GpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char
 	return false;
 }
 
-/*
- * The GPU engine for a fit of n rows, or NULL for the CPU: under 'auto' when
- * no GPU is usable or the fit does not fit in its free memory; under 'gpu'
- * those are errors.
- */
-const km_gpu_api *
-KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric)
+static bool
+GpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need, const char *what)
 {
-	const km_gpu_api *api = GpuChosen(choice);
+	return GpuRoom(api, choice, need, what, false);
+}
 
-	if (api == NULL ||
-		!GpuHasRoom(api, choice, api->fit_device_bytes(n, dim, k, metric), "The fit"))
-		return NULL;
-	return api;
+/*
+ * Whether a fit of n rows fits on the one GPU now, in its free memory and
+ * within kmeans_gpu.gpu_memory_limit: no waiting, no message (gpu_plan.c
+ * decides what else to try).
+ */
+bool
+KmGpuFitFitsNow(const km_gpu_api *api, int64 n, int dim, int k, km_metric metric)
+{
+	return GpuRoom(api, KM_ENGINE_AUTO, api->fit_device_bytes(n, dim, k, metric), "The fit",
+				   true);
+}
+
+/*
+ * The one GPU for a fit of n rows when nothing else can take it (gpu_plan.c
+ * tried the rest): under 'gpu' waiting for memory, and an ERROR when it
+ * does not come; false under 'auto' (with a line under verbose).
+ */
+bool
+KmGpuFitWait(const km_gpu_api *api, KmEngineChoice choice, int64 n, int dim, int k,
+			 km_metric metric)
+{
+	return GpuHasRoom(api, choice, api->fit_device_bytes(n, dim, k, metric), "The fit");
 }
 
 /*
@@ -507,11 +647,9 @@ KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
 	const bool	raise = choice == KM_ENGINE_GPU;
 
 	Assert(m->dim > 0);
-	/* rows rounded to a half-precision storage stay on the host (KmRunFit) */
-	if (m->storage != KM_STORAGE_FLOAT32)
-		return NULL;
-	api = KmGpuForFit(choice, Max(expected_rows, m->n), m->dim, Min(k, Max(expected_rows, 1)),
-					  metric);
+	/* only the one-GPU float32 path streams; the others keep the host rows */
+	api = KmRouteStream(choice, Max(expected_rows, m->n), m->dim,
+						Min(k, Max(expected_rows, 1)), metric, m->storage, m->weighted);
 	if (api == NULL)
 		return NULL;
 	sink = SinkCreate(api, m->context, m->dim, m->weighted, Max(expected_rows, m->n), raise);
@@ -600,15 +738,22 @@ KmGpuSinkFinish(KmGpuSink *sink)
 
 /*
  * A fit on the GPU: on the rows streamed to sink (finished), or, with sink
- * NULL, on the host rows of data (KmGpuForFit said yes).
+ * NULL, on the host rows of data as route says (gpu_plan.c): on the one
+ * GPU, or split over its layout's logical devices, in memory or out of
+ * core (from explicit centroids: KmRunFit seeds on the host).
  */
 km_status
-KmGpuFit(KmGpuSink *sink, const km_data *data, const km_params *params,
-		 const km_hooks *hooks, km_result *result, km_error *err)
+KmGpuFit(const KmFitRoute *route, KmGpuSink *sink, const km_data *data,
+		 const km_params *params, const km_hooks *hooks, km_result *result, km_error *err)
 {
 	if (sink != NULL)
 		return sink->api->dataset_fit(sink->ds, params, hooks, result, err);
 	Assert(gpu_api != NULL);
+	if (route->mode == KM_MODE_SPLIT || route->mode == KM_MODE_OUT_OF_CORE)
+	{
+		Assert(params->init == KM_INIT_EXPLICIT && params->n_init == 1);
+		return gpu_api->split_fit(data, params, &route->layout, hooks, result, err);
+	}
 	return gpu_api->engine->fit(data, params, hooks, result, err);
 }
 

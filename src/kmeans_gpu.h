@@ -5,7 +5,9 @@
  * The SQL layer reads options (options.c) and rows (vector_input.c: host
  * chunks that make a km_data; gpu.c: rows streamed to the GPU during a
  * scan), turns the options into km_params and runs an engine on the rows
- * (engine_call.c), and turns the result into a kmeans_model (model.c).  Each SQL concept has its file: aggregate.c,
+ * (engine_call.c; where a fit runs, one GPU, several or the CPU, is
+ * gpu_plan.c's decision), and turns the result into a kmeans_model
+ * (model.c).  Each SQL concept has its file: aggregate.c,
  * fit.c, labels.c (kmeans_assign, kmeans_labels), window.c, guc.c; spill.c
  * moves large partial aggregate states between parallel workers.
  */
@@ -37,7 +39,9 @@ extern int	kmeans_max_memory_kb;
 extern bool kmeans_verbose;
 extern int	kmeans_cpu_threads;
 extern int	kmeans_spill_threshold_kb;
-extern int	kmeans_gpu_device;
+extern int	kmeans_gpu_device;	/* deprecated alias: -1 unset, else the one device */
+extern char *kmeans_gpu_devices_string;
+extern int	kmeans_gpu_memory_limit_mb;
 extern int	kmeans_gpu_wait_ms;
 extern int	kmeans_shard_retries;	/* sharded.c */
 extern int	kmeans_shard_idle_timeout_ms;	/* shard.c */
@@ -47,6 +51,22 @@ extern Size KmMaxMemoryBytes(void);
 extern int	KmCpuThreads(void);
 extern KmEngineChoice KmEngineSetting(void);
 extern int	KmEngineByName(const char *name);
+
+/*
+ * kmeans_gpu.devices (or the kmeans_gpu.device alias) as parsed: 'all', or
+ * a list of CUDA ordinals, repeats allowed; resolved against the devices a
+ * backend sees only when a GPU is used (KmGpuLayout).
+ */
+typedef struct KmDeviceList
+{
+	bool		all;
+	int			ndevices;
+	int			devices[KM_GPU_MAX_DEVICES];
+	const char *setting;		/* which setting said so, for messages */
+} KmDeviceList;
+
+extern void KmDeviceSetting(KmDeviceList *out);
+extern uint64 KmGpuMemoryLimitBytes(void);
 
 /* options.c: what a fit is asked to do */
 typedef struct KmOptions
@@ -228,14 +248,42 @@ extern double KmEstimateRows(Oid relid);
 /* labels.c */
 extern void KmLabelsArgs(FunctionCallInfo fcinfo, KmScanSpec *spec);
 
+/* gpu_plan.c: where a fit runs, and how */
+typedef enum KmFitMode
+{
+	KM_MODE_CPU,				/* the CPU engine */
+	KM_MODE_GPU,				/* one GPU, the rows uploaded (streamed during the scan, or at the fit) */
+	KM_MODE_SPLIT,				/* split_fit: the rows uploaded once over the logical devices */
+	KM_MODE_OUT_OF_CORE			/* split_fit: the rows streamed from host memory every iteration */
+} KmFitMode;
+
+typedef struct KmFitRoute
+{
+	KmFitMode	mode;
+	km_gpu_layout layout;		/* split modes: the logical devices */
+	km_gpu_split split;			/* split modes: what split_plan said */
+} KmFitRoute;
+
+extern void KmRouteFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric,
+					   km_storage storage, bool weighted, KmFitRoute *route);
+extern const km_gpu_api *KmRouteStream(KmEngineChoice choice, int64 n, int dim, int k,
+									   km_metric metric, km_storage storage, bool weighted);
+extern KmFitMode KmRouteAssign(KmEngineChoice choice, km_gpu_layout *layout);
+
 /* gpu.c: the CUDA engine, loaded on first use */
-struct km_gpu_api;
-extern const struct km_gpu_api *KmGpuForFit(KmEngineChoice choice, int64 n, int dim, int k,
-											km_metric metric);
 extern const km_engine *KmGpuForAssign(KmEngineChoice choice, int64 batch_rows, int dim, int k);
-extern const struct km_gpu_api *KmGpuChoose(KmEngineChoice choice);
-extern bool KmGpuHasRoom(const struct km_gpu_api *api, KmEngineChoice choice, uint64 need,
+extern const km_gpu_api *KmGpuChoose(KmEngineChoice choice);
+extern bool KmGpuHasRoom(const km_gpu_api *api, KmEngineChoice choice, uint64 need,
 						 const char *what);
+extern bool KmGpuFitFitsNow(const km_gpu_api *api, int64 n, int dim, int k, km_metric metric);
+extern bool KmGpuFitWait(const km_gpu_api *api, KmEngineChoice choice, int64 n, int dim, int k,
+						 km_metric metric);
+extern const km_gpu_api *KmGpuLoaded(const char **reason);
+extern const km_gpu_api *KmGpuStarted(const char **reason);
+extern bool KmGpuCanSplit(const km_gpu_api *api);
+extern bool KmGpuLayout(const km_gpu_api *api, km_storage storage, bool ask,
+						km_gpu_layout *layout);
+extern void KmGpuRefuse(const char *reason) pg_attribute_noreturn();
 extern void KmGpuFailed(km_status status, const char *message, bool raise);
 extern bool KmGpuRetryAfterNomem(TimestampTz *since);
 extern KmGpuSink *KmGpuSinkStart(KmMatrix *m, KmEngineChoice choice, int k, km_metric metric,
@@ -245,8 +293,9 @@ extern int64 KmGpuSinkRows(const KmGpuSink *sink);
 extern bool KmGpuSinkLive(const KmGpuSink *sink);
 extern bool KmGpuSinkHostRows(const KmGpuSink *sink);
 extern bool KmGpuSinkFinish(KmGpuSink *sink);
-extern km_status KmGpuFit(KmGpuSink *sink, const km_data *data, const km_params *params,
-						  const km_hooks *hooks, km_result *result, km_error *err);
+extern km_status KmGpuFit(const KmFitRoute *route, KmGpuSink *sink, const km_data *data,
+						  const km_params *params, const km_hooks *hooks, km_result *result,
+						  km_error *err);
 
 /* srf.c */
 struct ReturnSetInfo;
