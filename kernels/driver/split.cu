@@ -150,6 +150,7 @@ typedef struct kmg_split
 	int64_t		capcand;
 	int			want;			/* ... this many of each step, and their ties */
 	double		t0;
+	int			verbose;		/* KMG_VERBOSE=1: time the parts of an iteration apart */
 	double		t_pass;			/* seconds in the iterations' passes */
 	double		t_gather;		/* ... in adding the devices' sums */
 	double		t_host;			/* ... and in the steps */
@@ -1528,6 +1529,13 @@ kmg_split_lloyd(kmg_split *sp, const km_params *params, km_result *result, km_er
 
 		if ((st = kmg_split_pass(sp, KMG_SPASS_ITER, 1, NULL, err)) != KM_OK)
 			return st;
+		if (sp->verbose)
+		{
+			/* timing the parts: the pass ends when every device is done */
+			for (int i = 0; i < sp->np; i++)
+				if ((st = kmg_wait_event(sp, sp->part[i].done, err)) != KM_OK)
+					return st;
+		}
 		sp->t_pass += kmg_now() - t1;
 		t1 = kmg_now();
 		if ((st = kmg_split_gather(sp, &moved, &cost, err)) != KM_OK)
@@ -1798,6 +1806,7 @@ kmg_split_fit(const km_data *data, const km_params *params, const km_gpu_layout 
 	for (int i = 0; i < KM_GPU_MAX_DEVICES; i++)
 		sp.part[i].ordinal = -1;
 	sp.t0 = kmg_now();
+	sp.verbose = getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1';
 	sp.data = data;
 	sp.hooks = hooks;
 	sp.L = *layout;
@@ -1861,10 +1870,10 @@ kmg_split_fit(const km_data *data, const km_params *params, const km_gpu_layout 
 				memset(c, 0, sizeof(float) * sp.d);
 		}
 	st = kmg_split_lloyd(&sp, params, result, err);
-	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+	if (sp.verbose)
 	{
 		fprintf(stderr, "kmg: split fit of %lld rows over %d parts (%s, %s, steps of %lld rows), "
-				"levels %d/%d: %d iterations, a pass %.3f ms (queued), the sums added %.3f ms, the step %.3f ms, %.3f s in all\n",
+				"levels %d/%d: %d iterations, a pass %.3f ms, the sums added %.3f ms, the step %.3f ms, %.3f s in all\n",
 				(long long) sp.n, sp.np, layout->out_of_core ? "out of core" : "in memory",
 				layout->storage == KM_STORAGE_FLOAT32 ? "float32" : "half",
 				(long long) sp.part[0].chunk, sp.xlev.n, sp.wlev.n, result->iterations,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite: on a machine with an NVIDIA GPU, with the engine forced to
 # the GPU, the regression and pgTAP suites, CPU = GPU comparisons on several
-# shapes (k-means and k-medoids), 16 sessions sharing the GPU, cancellation
-# of long GPU fits, and the server-log watch; ends with one line
+# shapes (k-means and k-medoids), split fits (several devices, out of core,
+# half precision), 16 sessions sharing the GPU, cancellation of long GPU
+# fits, and the server-log watch; ends with one line
 # "N passed, M failed".
 #
 # PostgreSQL must be running with this build installed; on the project's GPU
@@ -10,6 +11,9 @@
 #   make && make install DESTDIR=$PWD/.devbundle/stage   (on the build machine)
 #   source .devbundle/up && test/gpu/run_gpu_suite.sh   (on the GPU machine)
 # SERVER_LOG names the server's log file (default /tmp/pg.log, where up puts it).
+# KM_GPU_DEVICES sets kmeans_gpu.devices for every session of the suite (for
+# example 'all' on a machine with several GPUs: every fit is then split over
+# them, and must give what one GPU and the CPU engine give).
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -46,7 +50,9 @@ n=$(psql -X -At -d kmeans_gpu_suite -c 'SELECT count(*) FROM kmeans_gpu_devices(
 cat "$out/devices.tap"
 count_tap devices "$out/devices.tap" 0
 
-export PGOPTIONS="-c kmeans_gpu.engine=gpu"
+base=${KM_GPU_DEVICES:+-c kmeans_gpu.devices=$KM_GPU_DEVICES}
+[[ -n "$base" ]] && echo "== every session with kmeans_gpu.devices = '$KM_GPU_DEVICES'"
+export PGOPTIONS="-c kmeans_gpu.engine=gpu $base"
 
 echo "== pg_regress, engine gpu"
 tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v -e '^kmeans_gpu--' -e '^kmeans_gpu_sharded--' | sort)
@@ -75,7 +81,7 @@ cat "$out/pgtap.log"
 count_tap pgTAP "$out/pgtap.log" $status
 
 echo "== CPU = GPU"
-unset PGOPTIONS
+export PGOPTIONS="$base"
 python3 test/gpu/cpu_gpu_compare.py >"$out/compare.tap" 2>&1
 status=$?
 cat "$out/compare.tap"
@@ -92,6 +98,12 @@ python3 test/gpu/kmedoids_gpu.py >"$out/kmedoids.tap" 2>&1
 status=$?
 cat "$out/kmedoids.tap"
 count_tap "k-medoids" "$out/kmedoids.tap" $status
+
+echo "== split fits: several devices, out of core, half precision"
+python3 test/gpu/split_gpu.py >"$out/split.tap" 2>&1
+status=$?
+cat "$out/split.tap"
+count_tap "split fits" "$out/split.tap" $status
 
 echo "== concurrency"
 python3 test/gpu/concurrency_gpu.py >"$out/concurrency.tap" 2>&1
