@@ -71,15 +71,16 @@ JOIN kmeans_gpu_plan(4000000, 128, 1024, storage => 'bfloat16') b USING (mode, d
 JOIN kmeans_gpu_plan(4000000, 128, 1024, weighted => true) w USING (mode, device)
 WHERE a.device = 0 ORDER BY 1;
 SELECT * FROM pg_temp.plan(10000000, 128, 1024, 'float16');
--- Three devices, one listed twice: rows in proportion to the budgets.
-SET kmeans_gpu.devices = '1, 0, 1';
+-- Three logical devices (on GPU 0, which every GPU machine has): rows in
+-- proportion to the budgets.
+SET kmeans_gpu.devices = '0, 0,0';
 SELECT mode, device, ordinal, rows, fits FROM kmeans_gpu_plan(3000000, 64, 100) ORDER BY mode, device;
 -- A budget too small for the working set of a step fits in neither mode.
 SET kmeans_gpu.gpu_memory_limit = '16MB';
 SELECT * FROM pg_temp.plan(1000000, 128, 1024);
 -- The deprecated kmeans_gpu.device, when set, is the one device.
 SET kmeans_gpu.gpu_memory_limit = '1GB';
-SET kmeans_gpu.device = 3;
+SET kmeans_gpu.device = 0;
 SELECT mode, device, ordinal, rows, fits FROM kmeans_gpu_plan(1000, 8, 2) ORDER BY mode;
 RESET kmeans_gpu.device;
 RESET kmeans_gpu.devices;
