@@ -98,14 +98,14 @@ INSERT INTO fits SELECT 'split out of core', {f};""", DB)
 def verbose_mode(split):
     """kmeans_gpu.verbose says which mode ran and why."""
     out = subprocess.run(["psql", "-X", "-q", "-d", DB, "-c",
-                          "SET kmeans_gpu.engine = gpu; SET kmeans_gpu."verbose" = on; "
+                          "SET kmeans_gpu.engine = gpu; SET kmeans_gpu.\"verbose\" = on; "
                           "SET kmeans_gpu.gpu_memory_limit = '64MB'; "
                           "SELECT (kmeans_fit('t', 'v', 8, max_iter => 2)).engine"],
                          capture_output=True).stderr.decode()
     tap.check(re.search(r"out of core", out) is not None,
               "kmeans_gpu.verbose names the out-of-core mode when the limit forces it", out)
     out = subprocess.run(["psql", "-X", "-q", "-d", DB, "-c",
-                          f"SET kmeans_gpu.engine = gpu; SET kmeans_gpu."verbose" = on; "
+                          f"SET kmeans_gpu.engine = gpu; SET kmeans_gpu.\"verbose\" = on; "
                           f"SET kmeans_gpu.devices = '{split}'; "
                           "SELECT (kmeans_fit('t', 'v', 8, max_iter => 2)).engine"],
                          capture_output=True).stderr.decode()
