@@ -62,61 +62,81 @@ def same(a, b):
             f"({a}).iterations = ({b}).iterations")
 
 
-def layouts(rng, name, X, k, metric="l2", weights=None, split=None):
-    """One shape: the CPU engine, the GPU in memory on device 0, the split
-    list in memory, device 0 out of core, the split list out of core."""
+def ooc_limit(n, d, k, metric, weighted, devs):
+    """The smallest memory limit (MB, in steps of 2) with which the device
+    list plans the fit out of core and not in memory (kmeans_gpu_plan, on
+    this machine's GPUs); None when there is no such limit."""
+    for mb in range(34, 400, 2):
+        row = psql(f"SET kmeans_gpu.gpu_memory_limit = '{mb}MB'; SET kmeans_gpu.devices = '{devs}'; "
+                   f"SELECT bool_and(fits) FILTER (WHERE mode = 'out of core'), "
+                   f"bool_or(fits) FILTER (WHERE mode = 'in memory') "
+                   f"FROM kmeans_gpu_plan({n}, {d}, {k}, '{metric}', 'float32', {str(weighted).lower()})", DB)
+        if row == "t|f":
+            return mb
+    return None
+
+
+def verbose_of(settings, fit):
+    """What kmeans_gpu.verbose says of a fit under settings (SQL)."""
+    sql = settings + " SET kmeans_gpu.\"verbose\" = on; SELECT (" + fit + ").engine;"
+    return subprocess.run(["psql", "-X", "-q", "-d", DB, "-f", "-"], input=sql.encode(),
+                          capture_output=True).stderr.decode()
+
+
+def layouts(rng, name, X, k, split, ooc_split, metric="l2", weights=None):
+    """One shape: the CPU engine; the GPU in memory on device 0; the split
+    list in memory; device 0 out of core; ooc_split out of core (the limits
+    from kmeans_gpu_plan: out of core, not in memory)."""
     n, d = X.shape
     load("t", X, DB, weights)
     init = X[rng.choice(n, size=k, replace=False)]
     f = fit_sql("t", k, init, metric, weights is not None)
-    limit = max(64, (n * d * 4) >> 21)  # MB: half the rows' bytes, at least 64 MB
-    psql(f"""DROP TABLE IF EXISTS fits; CREATE TABLE fits (what text, m kmeans_model);
+    shape = f"{name} (n={n}, d={d}, k={k}, {metric}{', weighted' if weights is not None else ''})"
+    fits = [("split", split, 0)]
+    for what, devs in (("out of core", "0"), ("split out of core", ooc_split)):
+        limit = ooc_limit(n, d, k, metric, weights is not None, devs)
+        tap.check(limit is not None, f"{shape}: some memory limit makes devices '{devs}' run it out of core")
+        if limit is None:
+            continue
+        out = verbose_of(f"SET kmeans_gpu.engine = gpu; SET kmeans_gpu.devices = '{devs}'; "
+                         f"SET kmeans_gpu.gpu_memory_limit = '{limit}MB';", f.replace("max_iter => 25", "max_iter => 1"))
+        tap.check("out of core" in out, f"{shape}: with kmeans_gpu.gpu_memory_limit = {limit}MB, devices '{devs}' "
+                  f"run it out of core (kmeans_gpu.verbose says so)", out)
+        fits.append((what, devs, limit))
+    script = f"""DROP TABLE IF EXISTS fits; CREATE TABLE fits (what text, m kmeans_model);
 SET kmeans_gpu.engine = cpu;
 INSERT INTO fits SELECT 'cpu', {f};
 SET kmeans_gpu.engine = gpu;
 SET kmeans_gpu.devices = '0';
 INSERT INTO fits SELECT 'gpu', {f};
-SET kmeans_gpu.devices = '{split}';
-INSERT INTO fits SELECT 'split', {f};
-SET kmeans_gpu.devices = '0';
-SET kmeans_gpu.gpu_memory_limit = '{limit}MB';
-INSERT INTO fits SELECT 'out of core', {f};
-SET kmeans_gpu.devices = '{split}';
-INSERT INTO fits SELECT 'split out of core', {f};""", DB)
-    shape = f"{name} (n={n}, d={d}, k={k}, {metric}{', weighted' if weights is not None else ''})"
-    for what in ("split", "out of core", "split out of core"):
+"""
+    for what, devs, limit in fits:
+        script += (f"SET kmeans_gpu.devices = '{devs}'; SET kmeans_gpu.gpu_memory_limit = '{limit}MB'; "
+                   f"INSERT INTO fits SELECT '{what}', {f};\n")
+    psql(script, DB)
+    for what, devs, limit in fits:
         row = psql(f"SELECT (g.m).engine, {same('g.m', 'c.m')}, {same('g.m', 'o.m')} "
                    f"FROM fits g, fits c, fits o WHERE g.what = '{what}' AND c.what = 'cpu' "
                    f"AND o.what = 'gpu'", DB)
         engine, eq_cpu, eq_gpu = row.split("|")
-        dev = split if "split" in what else "0"
         tap.check(engine == "gpu" and eq_gpu == "t",
-                  f"{shape}: {what} (devices '{dev}') = the in-memory GPU fit, bit for bit", row)
+                  f"{shape}: {what} (devices '{devs}') = the in-memory GPU fit, bit for bit", row)
         tap.check(eq_cpu == "t", f"{shape}: {what} = the CPU engine's fit, bit for bit", row)
 
 
 def verbose_mode(split):
-    """kmeans_gpu.verbose says which mode ran and why."""
-    out = subprocess.run(["psql", "-X", "-q", "-d", DB, "-c",
-                          "SET kmeans_gpu.engine = gpu; SET kmeans_gpu.\"verbose\" = on; "
-                          "SET kmeans_gpu.gpu_memory_limit = '64MB'; "
-                          "SELECT (kmeans_fit('t', 'v', 8, max_iter => 2)).engine"],
-                         capture_output=True).stderr.decode()
-    tap.check(re.search(r"out of core", out) is not None,
-              "kmeans_gpu.verbose names the out-of-core mode when the limit forces it", out)
-    out = subprocess.run(["psql", "-X", "-q", "-d", DB, "-c",
-                          f"SET kmeans_gpu.engine = gpu; SET kmeans_gpu.\"verbose\" = on; "
-                          f"SET kmeans_gpu.devices = '{split}'; "
-                          "SELECT (kmeans_fit('t', 'v', 8, max_iter => 2)).engine"],
-                         capture_output=True).stderr.decode()
+    """kmeans_gpu.verbose names the devices of a split fit."""
+    out = verbose_of(f"SET kmeans_gpu.engine = gpu; SET kmeans_gpu.devices = '{split}';",
+                     "kmeans_fit('t', 'v', 8, max_iter => 2)")
     tap.check(re.search(r"devices|device", out) is not None,
               f"kmeans_gpu.verbose names the devices of a split fit ('{split}')", out)
 
 
-def storage(rng, split):
+def storage(rng, ooc_split):
     """float16 and bfloat16 storage against the CPU engine on rounded rows."""
     X = blobs(rng, 60000, 48, 40, 2.0)
     init = X[rng.choice(len(X), size=40, replace=False)]
+    limit = ooc_limit(60000, 48, 40, "l2", False, ooc_split) or 64
     for name, rounded in (("float16", X.astype(np.float16).astype(np.float32)), ("bfloat16", bfloat16(X))):
         load("raw", X, DB)
         load("rounded", rounded, DB)
@@ -128,8 +148,8 @@ INSERT INTO sf SELECT 'cpu rounded', {f_ref};
 INSERT INTO sf SELECT 'cpu storage', {f_raw};
 SET kmeans_gpu.engine = gpu;
 INSERT INTO sf SELECT 'gpu storage', {f_raw};
-SET kmeans_gpu.devices = '{split}';
-SET kmeans_gpu.gpu_memory_limit = '64MB';
+SET kmeans_gpu.devices = '{ooc_split}';
+SET kmeans_gpu.gpu_memory_limit = '{limit}MB';
 INSERT INTO sf SELECT 'gpu split out of core', {f_raw};
 SELECT (g.m).engine, (g.m).storage, {same('g.m', 'r.m')}, {same('g.m', 'c.m')}, {same('o.m', 'r.m')}
 FROM sf g, sf r, sf c, sf o WHERE g.what = 'gpu storage' AND r.what = 'cpu rounded'
@@ -138,7 +158,7 @@ AND c.what = 'cpu storage' AND o.what = 'gpu split out of core'""", DB)
         tap.check(engine == "gpu" and stored == name, f"storage {name}: the GPU ran it and the model records it", row)
         tap.check(eq_ref == "t", f"storage {name}: GPU = the CPU engine's fit of the rounded rows, bit for bit", row)
         tap.check(eq_cpu == "t", f"storage {name}: GPU = the CPU engine with the same storage", row)
-        tap.check(eq_ooc == "t", f"storage {name}: split out of core ('{split}') = the same, bit for bit", row)
+        tap.check(eq_ooc == "t", f"storage {name}: split out of core ('{ooc_split}') = the same, bit for bit", row)
 
 
 def pinned_kb(pid):
@@ -221,19 +241,22 @@ def main():
     except OSError:
         ndev = 1
     split = os.environ.get("SPLIT_DEVICES") or ",".join([str(i) for i in range(max(ndev, 1))] * 2)
+    # out of core: every device once (or device 0 twice), so that the parts are large enough
+    # for a limit to hold them out of core but not in memory
+    ooc_split = ",".join(str(i) for i in range(ndev)) if ndev > 1 else "0,0"
     psql(f"DROP DATABASE IF EXISTS {DB}")
     psql(f"CREATE DATABASE {DB}")
     psql("CREATE EXTENSION kmeans_gpu", DB)
     rng = np.random.default_rng(11)
 
-    layouts(rng, "blobs", blobs(rng, 200000, 64, 100, 2.0), 100, split=split)
-    layouts(rng, "blobs", blobs(rng, 150000, 128, 1024, 3.0), 1024, split=split)
-    layouts(rng, "narrow", blobs(rng, 400000, 8, 16, 2.0), 16, split=split)
-    layouts(rng, "blobs", blobs(rng, 100000, 33, 50, 2.0), 50, metric="cosine", split=split)
-    layouts(rng, "blobs", blobs(rng, 120000, 24, 30, 2.0), 30, split=split,
+    layouts(rng, "blobs", blobs(rng, 200000, 64, 100, 2.0), 100, split, ooc_split)
+    layouts(rng, "blobs", blobs(rng, 150000, 128, 1024, 3.0), 1024, split, ooc_split)
+    layouts(rng, "narrow", blobs(rng, 400000, 8, 16, 2.0), 16, split, ooc_split)
+    layouts(rng, "blobs", blobs(rng, 100000, 33, 50, 2.0), 50, split, ooc_split, metric="cosine")
+    layouts(rng, "blobs", blobs(rng, 120000, 24, 30, 2.0), 30, split, ooc_split,
             weights=rng.integers(0, 4, size=120000).astype(np.float64))
     verbose_mode(split)
-    storage(rng, split)
+    storage(rng, ooc_split)
     cancel(split)
     sessions(split)
 
