@@ -429,6 +429,10 @@ KmRouteFit(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric,
  * NULL, quietly, leaving the rows in host memory for KmRouteFit to place
  * after the scan.  Under 'gpu' a backend that cannot use a GPU at all, or
  * a devices setting naming a GPU it does not see, is an ERROR at once.
+ * With kmeans_gpu.gpu_memory_limit set the rows never stream: the count
+ * the decision would rest on is only the table's estimate (none at all for
+ * a table not yet analysed), and rows streaming past the limit could not be
+ * taken back; after the scan KmRouteFit places them by their real count.
  */
 const km_gpu_api *
 KmRouteStream(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric,
@@ -440,6 +444,8 @@ KmRouteStream(KmEngineChoice choice, int64 n, int dim, int k, km_metric metric,
 	int			threads;
 
 	if (choice == KM_ENGINE_CPU || storage != KM_STORAGE_FLOAT32)
+		return NULL;
+	if (KmGpuMemoryLimitBytes() > 0)
 		return NULL;
 	api = KmGpuStarted(&reason);
 	if (api == NULL)

@@ -56,6 +56,8 @@ export PGOPTIONS="-c kmeans_gpu.engine=gpu $base"
 
 echo "== pg_regress, engine gpu"
 tests=$(ls sql/*.sql | sed -e 's|sql/||' -e 's|\.sql$||' | grep -v -e '^kmeans_gpu--' -e '^kmeans_gpu_sharded--' | sort)
+# the settings' own tests show their defaults, which KM_GPU_DEVICES changes by design
+[[ -n "$base" ]] && tests=$(echo "$tests" | grep -v -x -e storage -e gpu_plan)
 "${PG_REGRESS:-pg_regress}" --inputdir="$root" --outputdir="$out/regress" \
 	--bindir="${PGBIN:-$(dirname "$(command -v psql)")}" \
 	--dbname=kmeans_gpu_regress --load-extension=kmeans_gpu $tests >"$out/regress.log" 2>&1
