@@ -17,9 +17,11 @@
  *
  * Why it is fast enough.  One block per piece of at most KMG_PIECE rows of
  * one cluster (the pieces of sort.cu), the piece's rows and weights staged
- * in shared memory, threads over the columns (groups of threads over the
- * rows when d is small), eight rows' loads issued before their adds; each
- * level of a piece is added to the accumulator with one atomic per column.
+ * in shared memory, threads over 16-byte column chunks (groups of threads
+ * over the rows when d is small), eight rows' loads in flight as cp.async
+ * copies, as sums.cu reads them; the groups' sums added in shared memory,
+ * then each level of a piece added to the accumulator with one atomic per
+ * column.
  * Exact level sums make the atomics' order irrelevant.  The cost is a
  * gathered read of the rows plus two additions per value and level, a few
  * percent of the filter GEMM at large k.
@@ -63,6 +65,106 @@ kmg_xsum_acc_carve(kmg_xsum_acc *acc, void *base, int k, int d, int nlx, int nlw
 }
 
 /*
+ * An iteration's level sums of w x over a piece's m rows (srow, weights
+ * sw), NL levels: as sums.cu reads rows, 16 bytes a load, eight rows' loads
+ * in flight as cp.async copies into each thread's own slots of sx; groups
+ * of tpg threads over the row's float4 columns, G groups over the rows;
+ * the groups added in shared memory (exact: levels), then one atomic per
+ * column and level.
+ */
+template <int NL>
+__device__ __forceinline__ void
+kmg_xsums_rows4(const kmg_args &a, const kmg_xsum_acc &acc, int j, int m, const int *srow,
+				const double *sw, float4 (*sx)[KMG_XS_NT], double *sacc)
+{
+	const int	tid = threadIdx.x;
+	const int	dp = a.dp,
+				d = a.d;
+	const int	q4 = dp / 4;
+	const int	tpg = q4 < KMG_XS_NT ? q4 : KMG_XS_NT;
+	const int	G = KMG_XS_NT / tpg;
+	const int	gi = tid / tpg;
+	const int	ti = tid - gi * tpg;
+
+	for (int q0 = 0; q0 < q4; q0 += tpg)
+	{
+		const int	q = q0 + ti;
+		double		s[4][NL];
+
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+#pragma unroll
+			for (int l = 0; l < NL; l++)
+				s[c][l] = 0.0;
+		if (gi < G && q < q4)
+			for (int p = gi; p < m; p += 8 * G)
+			{
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					if (p + u * G < m)
+						kmg_cp16(&sx[u][tid], a.X + (size_t) srow[p + u * G] * dp + 4 * q);
+				kmg_cp16_commit();
+				kmg_cp16_wait<0>();
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+				{
+					if (p + u * G >= m)
+						break;
+
+					const float4 x = sx[u][tid];
+					const double w = sw[p + u * G];
+					double		v[4];
+
+					v[0] = __dmul_rn(w, (double) x.x);	/* exact in double */
+					v[1] = __dmul_rn(w, (double) x.y);
+					v[2] = __dmul_rn(w, (double) x.z);
+					v[3] = __dmul_rn(w, (double) x.w);
+#pragma unroll
+					for (int c = 0; c < 4; c++)
+					{
+#pragma unroll
+						for (int l = 1; l < NL; l++)
+						{
+							const double h = __dsub_rn(__dadd_rn(v[c], acc.xlev.magic[l]),
+													   acc.xlev.magic[l]);
+
+							s[c][l - 1] = __dadd_rn(s[c][l - 1], h);
+							v[c] = __dsub_rn(v[c], h);
+						}
+						s[c][NL - 1] = __dadd_rn(s[c][NL - 1], v[c]);
+					}
+				}
+			}
+		if (G > 1)
+		{
+			__syncthreads();	/* sacc's readers of the last column block are done */
+			if (gi < G)
+#pragma unroll
+				for (int c = 0; c < 4; c++)
+#pragma unroll
+					for (int l = 0; l < NL; l++)
+						sacc[((gi * tpg + ti) * 4 + c) * NL + l] = s[c][l];
+			__syncthreads();
+			if (gi == 0)
+				for (int g = 1; g < G; g++)
+#pragma unroll
+					for (int c = 0; c < 4; c++)
+#pragma unroll
+						for (int l = 0; l < NL; l++)
+							s[c][l] = __dadd_rn(s[c][l], sacc[((g * tpg + ti) * 4 + c) * NL + l]);
+		}
+		if (gi == 0 && q < q4)
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+				if (4 * q + c < d)
+#pragma unroll
+					for (int l = 0; l < NL; l++)
+						if (s[c][l] != 0.0)
+							atomicAdd(&acc.xs[((size_t) l * a.k + j) * d + 4 * q + c], s[c][l]);
+	}
+}
+
+/*
  * One block per piece.  Iteration (KMG_XSUMS_COST, _ESTIMATE): per level,
  * the sums of w x over the piece's rows and of w; the count; sum w * cost
  * for progress, from the exact costs or from the filter's estimate (fbest
@@ -79,6 +181,8 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 	__shared__ double sw[KMG_PIECE];
 	__shared__ double sred[KMG_XS_NT / 32][KM_XLEV_MAX + 1];
 	__shared__ km_fix sfix[KMG_XS_NT / 32];
+	__shared__ float4 sx[8][KMG_XS_NT];	/* each thread's staged loads */
+	__shared__ double sacc[KMG_XS_NT * 4 * 2];	/* the row groups' level sums */
 	const int	tid = threadIdx.x;
 
 	if ((int) blockIdx.x >= *(volatile int *) a.npieces)
@@ -133,8 +237,16 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 	}
 	__syncthreads();
 
-	if (!final)
+	if (!final && nlx <= 2)
 	{
+		if (nlx == 1)
+			kmg_xsums_rows4<1>(a, acc, j, m, srow, sw, sx, sacc);
+		else
+			kmg_xsums_rows4<2>(a, acc, j, m, srow, sw, sx, sacc);
+	}
+	else if (!final)
+	{
+		/* more levels (data spanning many orders of magnitude): scalar loads */
 		/* groups of tpg threads over the columns, G groups over the rows */
 		const int	tpg = d < KMG_XS_NT ? d : KMG_XS_NT;
 		const int	G = KMG_XS_NT / tpg;
