@@ -1637,16 +1637,21 @@ kmg_split_lloyd(kmg_split *sp, const km_params *params, km_result *result, km_er
 					sp->relocated[j] = 1;
 					result->cluster_inertia[j] = 0.0;
 				}
-			for (int64_t r = 0; r < sp->n; r++)
-			{
-				const int	j = sp->hlabels[r];
-				float		w;
+			int64_t		r = 0;
 
-				if (!sp->relocated[j])
-					continue;
-				(void) kmg_split_row(sp, r, &w);
-				result->cluster_inertia[j] = km_dadd(result->cluster_inertia[j],
-													 km_dmul((double) w, sp->costs[r]));
+			for (int c = 0; c < sp->data->nchunks; c++)
+			{
+				const km_chunk *ch = &sp->data->chunks[c];
+
+				for (int64_t i = 0; i < ch->n; i++, r++)
+				{
+					const int	j = sp->hlabels[r];
+					const double w = ch->w != NULL ? (double) ch->w[i] : 1.0;
+
+					if (sp->relocated[j])
+						result->cluster_inertia[j] = km_dadd(result->cluster_inertia[j],
+															 km_dmul(w, sp->costs[r]));
+				}
 			}
 		}
 		for (int j = 0; j < sp->k; j++)
