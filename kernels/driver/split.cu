@@ -1316,20 +1316,6 @@ done:
 	return st;
 }
 
-/* t added to a sum kept in levels, stride doubles apart (km_cpu_add_term). */
-static void
-kmg_add_term(const km_xlevels *lv, double *lev, size_t stride, double t)
-{
-	for (int l = 1; l < lv->n; l++)
-	{
-		double		h = (t + lv->magic[l]) - lv->magic[l];
-
-		lev[(size_t) (l - 1) * stride] += h;
-		t -= h;
-	}
-	lev[(size_t) (lv->n - 1) * stride] += t;
-}
-
 /* Every row's exact cost (to its label, current centroids) and label on the host. */
 static km_status
 kmg_split_costs(kmg_split *sp, km_error *err)
@@ -1449,15 +1435,15 @@ kmg_split_relocate(kmg_split *sp, int *nreloc, km_error *err)
 		{
 			double		v = (double) w * cj[i];
 
-			kmg_add_term(&sp->xlev, sold + i, kd, -v);
+			km_xlevels_add(&sp->xlev, sold + i, kd, -v);
 			for (int l = 0; l < sp->xlev.n; l++)
 				sj[(size_t) l * kd + i] = 0.0;
-			kmg_add_term(&sp->xlev, sj + i, kd, v);
+			km_xlevels_add(&sp->xlev, sj + i, kd, v);
 		}
-		kmg_add_term(&sp->wlev, sp->wsum + old, (size_t) k, -(double) w);
+		km_xlevels_add(&sp->wlev, sp->wsum + old, (size_t) k, -(double) w);
 		for (int l = 0; l < sp->wlev.n; l++)
 			sp->wsum[(size_t) l * k + j] = 0.0;
-		kmg_add_term(&sp->wlev, sp->wsum + j, (size_t) k, (double) w);
+		km_xlevels_add(&sp->wlev, sp->wsum + j, (size_t) k, (double) w);
 		sp->counts[j] = 1;
 		if (--sp->counts[old] == 0)
 		{

@@ -10,7 +10,7 @@
  *	  the devices' sums added on one of them, and the centroids' step there
  *	  (km_step.h's arithmetic, on the device).
  *
- * Plain C reference: the CPU engine's sums (km_cpu_add_term over the rows,
+ * Plain C reference: the CPU engine's sums (km_xlevels_add over the rows,
  * src/engine/cpu_assign.c) and its order-free inertia (km_fixsum.h, as
  * sums.cu); bench_engine.cu's split cases compare whole fits with the CPU
  * engine bit for bit.

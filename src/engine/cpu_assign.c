@@ -395,7 +395,7 @@ km_cpu_rows_lloyd(const km_cpu_state *st, km_cpu_worker *wk,
 		if (st->wlev.n == 1)
 			wsum[j] += w;
 		else
-			km_cpu_add_term(&st->wlev, wsum + j, (size_t) st->k, w);
+			km_xlevels_add(&st->wlev, wsum + j, (size_t) st->k, w);
 		if (cost[i] >= 0.0)
 			exact += w * cost[i];
 		else
@@ -431,20 +431,6 @@ km_cpu_offer_far(const km_cpu_state *st, km_cpu_worker *wk, double cost,
 	c.x = x;
 	c.w = w;
 	km_cpu_heap_push(wk->heap, &wk->nheap, st->nsel, &c);
-}
-
-/* t added to a sum kept in the levels of lv, stride doubles apart. */
-void
-km_cpu_add_term(const km_xlevels *lv, double *lev, size_t stride, double t)
-{
-	for (int l = 1; l < lv->n; l++)
-	{
-		double		h = (t + lv->magic[l]) - lv->magic[l];
-
-		lev[(size_t) (l - 1) * stride] += h;
-		t -= h;
-	}
-	lev[(size_t) (lv->n - 1) * stride] += t;
 }
 
 /*
@@ -519,7 +505,7 @@ km_cpu_pass_worker(void *arg, int id)
 				wk->counts[lab]++;
 			if (flags & KM_CPU_SUMS)
 			{
-				km_cpu_add_term(&st->wlev, wk->wsum + lab, (size_t) k, w);
+				km_xlevels_add(&st->wlev, wk->wsum + lab, (size_t) k, w);
 				km_cpu_accumulate(st->avx2, &st->xlev, wk->sums, (size_t) k * d,
 								  xe + (size_t) i * d, &wk->label[i],
 								  t.w != NULL ? t.w + i : NULL, 1, d);

@@ -291,7 +291,6 @@ extern void km_cpu_reduce(km_cpu_state *st, int flags);
 extern void km_cpu_prepare(km_cpu_state *st);
 extern void km_cpu_stats(km_cpu_state *st);
 extern void km_cpu_levels(km_cpu_state *st);
-extern void km_cpu_add_term(const km_xlevels *lv, double *lev, size_t stride, double t);
 
 /* cpu_select.c */
 extern void km_cpu_heap_push(km_cpu_cand *heap, int *len, int cap,

@@ -202,7 +202,7 @@ km_cpu_kmpar_weights(const km_data *data, const int32_t *label, int ncand, doubl
 			float		w = data->chunks[c].w != NULL ? data->chunks[c].w[i] : 1.0f;
 
 			if (label[g] >= 0 && label[g] < ncand)
-				km_cpu_add_term(lv, lev + label[g], (size_t) ncand, (double) w);
+				km_xlevels_add(lv, lev + label[g], (size_t) ncand, (double) w);
 		}
 }
 

@@ -21,7 +21,7 @@
  * row farthest from its centroid (exact cost, ties to the smaller row
  * hash), the next the next farthest, and so on.  The row's weighted
  * contribution moves from its old cluster to the new one, whose centroid is
- * the row itself; the sums stay exact (km_cpu_add_term).  Returns how many
+ * the row itself; the sums stay exact (km_xlevels_add).  Returns how many
  * clusters were re-seeded, or -1 when the pass was stopped.
  */
 static int
@@ -62,15 +62,15 @@ km_cpu_relocate(km_cpu_state *st)
 		{
 			double		v = (double) c->w * cj[i];
 
-			km_cpu_add_term(&st->xlev, sold + i, kd, -v);
+			km_xlevels_add(&st->xlev, sold + i, kd, -v);
 			for (int l = 0; l < st->xlev.n; l++)
 				sj[(size_t) l * kd + i] = 0.0;
-			km_cpu_add_term(&st->xlev, sj + i, kd, v);
+			km_xlevels_add(&st->xlev, sj + i, kd, v);
 		}
-		km_cpu_add_term(&st->wlev, st->wsum + old, k, -(double) c->w);
+		km_xlevels_add(&st->wlev, st->wsum + old, k, -(double) c->w);
 		for (int l = 0; l < st->wlev.n; l++)
 			st->wsum[(size_t) l * k + j] = 0.0;
-		km_cpu_add_term(&st->wlev, st->wsum + j, k, (double) c->w);
+		km_xlevels_add(&st->wlev, st->wsum + j, k, (double) c->w);
 		st->counts[j] = 1;
 		if (--st->counts[old] == 0)
 		{

@@ -369,6 +369,20 @@ km_xlevels_split(const km_xlevels *lv, double t, double *piece)
 	piece[lv->n - 1] = t;
 }
 
+/* t added to a sum kept in the levels of lv, stride doubles apart. */
+KM_XS void
+km_xlevels_add(const km_xlevels *lv, double *lev, size_t stride, double t)
+{
+	for (int l = 1; l < lv->n; l++)
+	{
+		double		h = (t + lv->magic[l]) - lv->magic[l];
+
+		lev[(size_t) (l - 1) * stride] += h;
+		t -= h;
+	}
+	lev[(size_t) (lv->n - 1) * stride] += t;
+}
+
 /* The rounded value of a sum held in n levels. */
 KM_XS double
 km_xlevels_round(const double *lev, int n, size_t stride)
