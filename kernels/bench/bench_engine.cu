@@ -1077,6 +1077,25 @@ sgemm_ms(const cublas_fns *cb, int64_t n, int d, int k)
 	return t[t.size() / 2];
 }
 
+/* A dataset holding the n rows of x (d floats each), streamed as a scan would; NULL on failure. */
+static km_gpu_dataset *
+dataset_of(const float *x, int64_t n, int d, km_error *err)
+{
+	km_gpu_dataset *ds = api->dataset_create(d, 0, n, err);
+
+	for (int64_t done = 0; ds != NULL && done < n;)
+	{
+		int64_t		room = 0;
+		float	   *xb = api->dataset_stage(ds, &room, NULL, err);
+		int64_t		m = std::min(room, n - done);
+
+		memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
+		api->dataset_commit(ds, m, err);
+		done += m;
+	}
+	return ds;
+}
+
 static double
 fit_seconds(km_gpu_dataset *ds, km_params *p, int d, int max_iter, int *iters)
 {
@@ -1122,7 +1141,7 @@ seed_bench(void)
 	float	   *x = generate(n, d, k, 4321, 0);
 	float	   *init = (float *) malloc(sizeof(float) * k * d);
 	km_error	err;
-	km_gpu_dataset *ds = api->dataset_create(d, 0, n, &err);
+	km_gpu_dataset *ds = dataset_of(x, n, d, &err);
 	km_params	p;
 	double		tpp = 1e30,
 				tex = 1e30,
@@ -1138,16 +1157,6 @@ seed_bench(void)
 		free(x);
 		free(init);
 		return;
-	}
-	for (int64_t done = 0; done < n;)
-	{
-		int64_t		room = 0;
-		float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
-		int64_t		m = std::min(room, n - done);
-
-		memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
-		api->dataset_commit(ds, m, &err);
-		done += m;
 	}
 	for (int j = 0; j < k; j++)
 		memcpy(init + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
@@ -1313,22 +1322,12 @@ bench(void)
 		for (int j = 0; j < k; j++)
 			memcpy(init + (size_t) j * d, x + (size_t) ((int64_t) j * 977 % n) * d, sizeof(float) * d);
 		t0 = now();
-		ds = api->dataset_create(d, 0, n, &err);
+		ds = dataset_of(x, n, d, &err);
 		if (ds == NULL)
 		{
 			printf("FAIL dataset_create: %s\n", err.message);
 			failures++;
 			continue;
-		}
-		for (int64_t done = 0; done < n;)
-		{
-			int64_t		room = 0;
-			float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
-			int64_t		m = std::min(room, n - done);
-
-			memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
-			api->dataset_commit(ds, m, &err);
-			done += m;
 		}
 		up = now() - t0;
 		memset(&p, 0, sizeof(p));
@@ -1842,7 +1841,7 @@ split_bench(void)
 		p.n_init = 1;
 		/* the in-memory one-device path, rows uploaded once */
 		{
-			km_gpu_dataset *ds = api->dataset_create(d, 0, n, &err);
+			km_gpu_dataset *ds = dataset_of(x, n, d, &err);
 			double		b1 = 1e30,
 						b2 = 1e30;
 			int			i1 = 0,
@@ -1850,16 +1849,6 @@ split_bench(void)
 
 			if (ds != NULL)
 			{
-				for (int64_t done = 0; done < n;)
-				{
-					int64_t		room = 0;
-					float	   *xb = api->dataset_stage(ds, &room, NULL, &err);
-					int64_t		m = std::min(room, n - done);
-
-					memcpy(xb, x + (size_t) done * d, sizeof(float) * m * d);
-					api->dataset_commit(ds, m, &err);
-					done += m;
-				}
 				{
 					/*
 					 * start where ten iterations led, past the early empty
