@@ -11,6 +11,9 @@
  *	  and the end of the iteration;
  *	- filter_gemm.cu (contract: filter_gemm.cuh): the float32 filter for
  *	  larger k, a GEMM fused with a per-row top-2;
+ *	- screen_tf32.cu: the same filter on tensor cores (TF32), listing per
+ *	  row the few centroids its rounding leaves in the running, and the
+ *	  exact settling of those;
  *	- exact.cu: the slack test on the filter's top-2, the exact settling of
  *	  the rows it cannot decide, and the exact cost of every row.
  */
@@ -42,6 +45,16 @@ enum
 #define KMG_XG 4				/* row groups */
 #define KMG_XRPT 4				/* rows per thread: items of KMG_XG x KMG_XRPT rows */
 
+/* Which screen the filter path runs (plan->screen). */
+enum
+{
+	KMG_SCREEN_FP32 = 0,		/* filter_gemm.cu, then exact.cu's classify */
+	KMG_SCREEN_TF32 = 1			/* screen_tf32.cu */
+};
+
+/* Candidates a listed row of the tensor-core screen keeps (a->cids). */
+#define KMG_SCREEN_CANDS 8
+
 /* A fused pass's kernel; the narrow and wide passes ignore nstage and groups. */
 typedef void (*kmg_fused_fn) (kmg_args a, int mode, int nstage, int groups);
 
@@ -62,6 +75,7 @@ typedef struct kmg_assign_plan
 	int			nblocks;		/* persistent grid */
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */
+	int			screen;			/* KMG_SCREEN_* */
 	int			settle;			/* KMG_SETTLE_* */
 	int			xrows;			/* rows per block of kmg_exact_kernel (past xcap) */
 } kmg_assign_plan;
@@ -93,6 +107,11 @@ kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);
 size_t		kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k);
 size_t		kmg_direct_acc_bytes(int dp, int k);
+
+/* ---- screen_tf32.cu ---- */
+cudaError_t kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream);
+size_t		kmg_screen_smem(void);
+int			kmg_screen_cap(int64_t n);
 
 /* ---- reduce.cu ---- */
 cudaError_t kmg_reduce_finalize(const kmg_args *a, cudaStream_t stream);

@@ -67,6 +67,7 @@
 #include "assign/assign.cuh"
 #include "update/update.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The fused rows of the table. */
@@ -82,6 +83,7 @@
 
 /* The filter path. */
 #define KMG_FILTER_SMALL_K 128	/* the 128-column tile up to here */
+#define KMG_SCREEN_DEFAULT KMG_SCREEN_FP32
 #define KMG_SETTLE_TILE_MAXCHUNKS 8
 #define KMG_SETTLE_TILE_DPMAX 1024
 #define KMG_SETTLE_CHUNK4_DPMAX 4096
@@ -193,13 +195,36 @@ kmg_plan_direct(kmg_assign_plan *p, int64_t n, int dp, int k, int mode, const km
 	return p->nblocks > 0;
 }
 
-/* The filter row: the GEMM's tile and the settling kernels. */
+/*
+ * The filter row's screen: the tensor-core screen (TF32) on devices that
+ * have TF32 tensor cores (compute capability 8.0 on), else the float32
+ * filter.  KMG_SCREEN=fp32 or tf32 in the environment chooses (the
+ * benchmarks run both).
+ */
+static int
+kmg_plan_screen(const kmg_device *lim)
+{
+	const char *env = getenv("KMG_SCREEN");
+
+	if (lim->cc_major != 0 && lim->cc_major < 8)
+		return KMG_SCREEN_FP32;
+	if (env != NULL && strcmp(env, "fp32") == 0)
+		return KMG_SCREEN_FP32;
+	if (env != NULL && strcmp(env, "tf32") == 0)
+		return KMG_SCREEN_TF32;
+	return KMG_SCREEN_DEFAULT;
+}
+
+/* The filter row: the screen, the GEMM's tile and the settling kernels. */
 static void
-kmg_plan_filter(kmg_assign_plan *p, int dp, int k)
+kmg_plan_filter(kmg_assign_plan *p, int dp, int k, const kmg_device *lim)
 {
 	int			xchunks;
 
-	p->ftile = k <= KMG_FILTER_SMALL_K ? KM_FILTER_TILE_128 : KM_FILTER_TILE_256;
+	p->screen = kmg_plan_screen(lim);
+	/* the screen reads the 128-column tile's operand */
+	p->ftile = k <= KMG_FILTER_SMALL_K || p->screen == KMG_SCREEN_TF32 ?
+		KM_FILTER_TILE_128 : KM_FILTER_TILE_256;
 	xchunks = (k + km_filter_tile_cols(p->ftile) - 1) / km_filter_tile_cols(p->ftile);
 	if (dp <= KMG_SETTLE_TILE_DPMAX && KMG_XG * km_filter_tile_cols(p->ftile) <= 1024 &&
 		xchunks <= KMG_SETTLE_TILE_MAXCHUNKS)
@@ -237,7 +262,7 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	if (!ok)
 	{
 		p = kmg_plan_empty(KMG_PATH_FILTER, dp, &lim);
-		kmg_plan_filter(&p, dp, k);
+		kmg_plan_filter(&p, dp, k, &lim);
 	}
 	return p;
 }
@@ -330,6 +355,16 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 	if (mode == KMG_MODE_LABELS &&
 		(e = cudaMemsetAsync(&a->ctl->namb, 0, sizeof(int), stream)) != cudaSuccess)
 		return e;
+	if (plan->screen == KMG_SCREEN_TF32)
+	{
+		if ((mode == KMG_MODE_LABELS &&
+			 (e = cudaMemsetAsync(&a->ctl->ncand, 0, sizeof(int), stream)) != cudaSuccess) ||
+			(e = km_filter_prepare(plan->ftile, a->Cf, a->cn, a->k, a->kp, a->dp, filter_work,
+								   stream)) != cudaSuccess ||
+			(e = kmg_screen(a, mode, plan->sms, stream)) != cudaSuccess)
+			return e;
+		return kmg_exact_refine(a, plan, mode, stream);
+	}
 	if ((e = km_filter_prepare(plan->ftile, a->Cf, a->cn, a->k, a->kp, a->dp, filter_work,
 							   stream)) != cudaSuccess ||
 		(e = km_filter_top2(plan->ftile, a->X, a->n, a->dp, filter_work, a->k, a->kp, a->best,

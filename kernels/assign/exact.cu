@@ -29,6 +29,21 @@
 #include <stdlib.h>
 
 /*
+ * The slack of a listed row's settling: the float32 filter's, plus the
+ * tensor-core screen's when the screen listed it (fbest is then the
+ * screen's best; kmg_row_screen_slack of screen_tf32.cu).
+ */
+__device__ __forceinline__ float
+kmg_settle_slack(const kmg_args &a, float xn, float cmax)
+{
+	float		s = km_filter_slack(a.d, xn, cmax);
+
+	if (a.screen)
+		s += km_screen_slack(a.dp, xn, cmax) + km_filter_slack(a.d, xn, cmax);
+	return s;
+}
+
+/*
  * Per row: the filter's winner when the gap beats the slack, else the row
  * goes on the ambiguous list.
  */
@@ -146,7 +161,7 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
 			{
 				const int	i = a.amb[base + tid];
 				const float xn = a.xnorm[i];
-				const float slack = km_filter_slack(a.d, xn, cmax);
+				const float slack = kmg_settle_slack(a, xn, cmax);
 
 				srow[tid] = i;
 				if (!(all_exact || (a.cosine && xn == 0.0f)))
@@ -322,7 +337,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 
 				srow[tid] = i;
 				if (!(all_exact || (a.cosine && xn == 0.0f)))
-					thr = a.fbest[i] + km_filter_slack(a.d, xn, cmax);
+					thr = a.fbest[i] + kmg_settle_slack(a, xn, cmax);
 				if (isnan(thr))
 					thr = INFINITY;
 			}
@@ -532,7 +547,7 @@ kmg_exact_tile_kernel(kmg_args a)
 
 				srow[tid] = i;
 				if (!(all_exact || (a.cosine && xn == 0.0f)))
-					thr = a.fbest[i] + km_filter_slack(a.d, xn, cmax);
+					thr = a.fbest[i] + kmg_settle_slack(a, xn, cmax);
 				if (isnan(thr))
 					thr = INFINITY;
 			}

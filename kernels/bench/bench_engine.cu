@@ -3,7 +3,7 @@
  *	  The GPU engine end to end: validation against the plain C reference
  *	  (ref_kmeans.c) and per-iteration timing against cuBLAS SGEMM.
  *
- *	bin/bench_engine [--so PATH] [validate] [bench] [quick] [split] [splitbench]
+ *	bin/bench_engine [--so PATH] [validate] [bench] [quick] [split] [splitbench] [screen]
  *
  * The engine is used exactly as the SQL layer will: dlopen() of
  * kmeans_gpu_cuda.so (bin/ by default), km_gpu_get_api(), and the table.
@@ -19,6 +19,7 @@
  * split: the split fits (several devices, out of core, half precision)
  *   against the CPU engine, bit for bit, on SPLIT_DEVICES (default "0") and
  *   the same list twice; then their refusals, cancellation and labels.
+ * screen: the tensor-core screen on adversarial data (screen_checks).
  * splitbench: their time per iteration against the in-memory one-device fit
  *   and the copy rate (see split_bench).
  * bench: per Lloyd iteration time = (T(max_iter = N2) - T(N1)) / (N2 - N1),
@@ -949,6 +950,181 @@ seed_checks(void)
 		free(xp);
 		free(wp);
 	}
+}
+
+/*
+ * The tensor-core screen's certificate on adversarial data: engine->assign
+ * with KMG_SCREEN=tf32 and with fp32, labels and distances against
+ * ref_assign (the exact nearest centroid, ties to the lowest index); then
+ * fits from the same start with either screen, which must give the same
+ * model bit for bit.
+ *	kinds: 0 small integers (exact ties everywhere), 1 every centroid twice,
+ *	2 blobs offset by 1e5, 3 blobs scaled to 1e18 (past the screen's range),
+ *	4 blobs scaled to 1e-19 (products near the subnormals), 5 blobs,
+ *	6 rows at the midpoint of two centroids or on one
+ */
+static void
+screen_checks(void)
+{
+	struct sc
+	{
+		const char *name;
+		int64_t		n;
+		int			d,
+					k;
+		int			cosine;
+		int			kind;
+	}			cs[] = {
+		{"small integers, exact ties", 200000, 64, 512, 0, 0},
+		{"every centroid twice", 100000, 32, 256, 0, 1},
+		{"blobs offset by 1e5", 100000, 128, 512, 0, 2},
+		{"blobs scaled to 1e18", 20000, 16, 64, 0, 3},
+		{"blobs scaled to 1e-19", 20000, 16, 64, 0, 4},
+		{"d = 1", 200000, 1, 200, 0, 5},
+		{"d = 4096", 5000, 4096, 100, 0, 5},
+		{"blobs d=256 k=1024", 100000, 256, 1024, 0, 5},
+		{"blobs d=408 k=5000", 30000, 408, 5000, 0, 5},
+		{"cosine blobs d=256 k=300", 50000, 256, 300, 1, 5},
+		{"midpoints of two centroids", 100000, 128, 1024, 0, 6},
+	};
+	const char *prev = getenv("KMG_SCREEN");
+	char	   *saved = prev != NULL ? strdup(prev) : NULL;
+
+	for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++)
+	{
+		const struct sc *c = &cs[ci];
+		const int64_t n = c->n;
+		const int	d = c->d,
+					k = c->k;
+		float	   *x = generate(n, d, k, 5150 + ci, 0);
+		std::vector<float> C((size_t) k * d);
+		uint64_t	rs = 777 + ci;
+
+		if (c->kind == 0)
+		{
+			for (int64_t i = 0; i < n * d; i++)
+				x[i] = (float) ((int) (rng_next(&rs) % 7) - 3);
+			for (size_t i = 0; i < C.size(); i++)
+				C[i] = (float) ((int) (rng_next(&rs) % 7) - 3);
+		}
+		else
+		{
+			const float scale = c->kind == 3 ? 1e17f : c->kind == 4 ? 1e-20f : 1.0f;
+			const float shift = c->kind == 2 ? 1e5f : 0.0f;
+
+			for (int64_t i = 0; i < n * d; i++)
+				x[i] = x[i] * scale + shift;
+			for (int j = 0; j < k; j++)
+			{
+				const int	src = c->kind == 1 ? j / 2 : j;
+
+				for (int i = 0; i < d; i++)
+					C[(size_t) j * d + i] = x[(size_t) ((int64_t) src * 997 % n) * d + i] +
+						(c->kind == 1 ? 0.0f : 0.01f * scale * (float) (i % 5));
+			}
+			if (c->kind == 6)
+				for (int64_t r = 0; r < n; r++)
+				{
+					const int	a = (int) (rng_next(&rs) % k),
+								b = (int) (rng_next(&rs) % k);
+					const int	on = r % 5 == 0;
+
+					for (int i = 0; i < d; i++)
+						x[(size_t) r * d + i] = on ? C[(size_t) a * d + i] :
+							0.5f * (C[(size_t) a * d + i] + C[(size_t) b * d + i]);
+				}
+		}
+
+		{
+			km_chunk	ch = {x, NULL, n};
+			km_data		data = {d, 1, &ch, n};
+			float	   *xf = ref_rows(x, n, d, c->cosine);
+			std::vector<int32_t> rl(n), gl(n);
+			std::vector<double> rc(n), gd(n);
+
+			ref_assign(xf, n, d, C.data(), k, c->cosine, rl.data(), rc.data());
+			for (int sc = 0; sc < 2; sc++)
+			{
+				km_error	err;
+				km_status	st;
+				int64_t		ldiff = 0,
+							ddiff = 0;
+				char		msg[300];
+
+				setenv("KMG_SCREEN", sc == 0 ? "tf32" : "fp32", 1);
+				st = api->engine->assign(&data, C.data(), k,
+										 c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2,
+										 gl.data(), gd.data(), NULL, &err);
+				for (int64_t r = 0; r < n && st == KM_OK; r++)
+				{
+					ldiff += gl[r] != rl[r];
+					ddiff += gd[r] != (c->cosine ? rc[r] : sqrt(rc[r]));
+				}
+				snprintf(msg, sizeof(msg), "screen %s: assign %-30s n=%lld d=%d k=%d: status %d, "
+						 "labels diff %lld, distances not bit-equal %lld",
+						 sc == 0 ? "tf32" : "fp32", c->name, (long long) n, d, k, st,
+						 (long long) ldiff, (long long) ddiff);
+				check(st == KM_OK && ldiff == 0 && ddiff == 0, msg);
+			}
+			free(xf);
+		}
+
+		if (c->kind == 0 || c->kind == 1 || c->kind == 5)
+		{
+			/* fits from C with either screen: the same model */
+			km_chunk	ch = {x, NULL, n};
+			km_data		data = {d, 1, &ch, n};
+			km_params	p;
+			km_result	r[2];
+			km_status	st[2];
+			km_error	err;
+			char		msg[300];
+
+			memset(&p, 0, sizeof(p));
+			p.k = k;
+			p.max_iter = 6;
+			p.tol = 0.0;
+			p.init = KM_INIT_EXPLICIT;
+			p.init_centroids = C.data();
+			p.metric = c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2;
+			p.n_init = 1;
+			for (int sc = 0; sc < 2; sc++)
+			{
+				setenv("KMG_SCREEN", sc == 0 ? "tf32" : "fp32", 1);
+				memset(&r[sc], 0, sizeof(r[sc]));
+				r[sc].centroids = (float *) malloc(sizeof(float) * k * d);
+				r[sc].sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+				r[sc].cluster_inertia = (double *) malloc(sizeof(double) * k);
+				r[sc].labels = (int32_t *) malloc(sizeof(int32_t) * n);
+				st[sc] = api->engine->fit(&data, &p, NULL, &r[sc], &err);
+			}
+			snprintf(msg, sizeof(msg), "screen tf32 = fp32: fit %-30s: status %d %d, centroids %s, labels %s, "
+					 "inertia %s, iterations %d %d", c->name, st[0], st[1],
+					 memcmp(r[0].centroids, r[1].centroids, sizeof(float) * k * d) == 0 ? "same" : "DIFFER",
+					 memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * n) == 0 ? "same" : "DIFFER",
+					 r[0].inertia == r[1].inertia ? "same" : "DIFFERS", r[0].iterations, r[1].iterations);
+			check(st[0] == KM_OK && st[1] == KM_OK &&
+				  memcmp(r[0].centroids, r[1].centroids, sizeof(float) * k * d) == 0 &&
+				  memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * n) == 0 &&
+				  r[0].inertia == r[1].inertia && r[0].iterations == r[1].iterations, msg);
+			for (int sc = 0; sc < 2; sc++)
+			{
+				free(r[sc].centroids);
+				free(r[sc].sizes);
+				free(r[sc].cluster_inertia);
+				free(r[sc].labels);
+			}
+		}
+		fflush(stdout);
+		free(x);
+	}
+	if (saved != NULL)
+	{
+		setenv("KMG_SCREEN", saved, 1);
+		free(saved);
+	}
+	else
+		unsetenv("KMG_SCREEN");
 }
 
 static std::vector<vcase> cases = {
@@ -1944,6 +2120,7 @@ main(int argc, char **argv)
 				do_seedprof = 0,
 				do_split = 0,
 				do_splitbench = 0,
+				do_screen = 0,
 				one_case = -1,
 				quick = 0;
 	void	   *h;
@@ -1971,6 +2148,8 @@ main(int argc, char **argv)
 			do_split = 1;
 		else if (strcmp(argv[i], "splitbench") == 0)
 			do_splitbench = 1;
+		else if (strcmp(argv[i], "screen") == 0)
+			do_screen = 1;
 		else if (strcmp(argv[i], "case") == 0 && i + 1 < argc)
 			one_case = atoi(argv[++i]);
 		else if (strcmp(argv[i], "ncases") == 0)
@@ -1980,7 +2159,7 @@ main(int argc, char **argv)
 		}
 	}
 	if (!do_val && !do_bench && !do_api && !do_seed && !do_seedbench && !do_seedprof && !do_split &&
-		!do_splitbench && one_case < 0)
+		!do_splitbench && !do_screen && one_case < 0)
 		do_val = do_bench = 1;
 	summary = tmpfile();
 	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -2017,6 +2196,8 @@ main(int argc, char **argv)
 		api_checks();
 	if (do_seed)
 		seed_checks();
+	if (do_screen)
+		screen_checks();
 	if (do_seedprof)
 		seed_profile();
 	if (do_bench || do_seedbench)

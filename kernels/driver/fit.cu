@@ -418,8 +418,9 @@ kmg_lloyd_trace(kmg_lloyd_state *ls, int slot, const kmg_ctl *snap, const kmg_st
 	fprintf(stderr, "kmg: batch of %d done, %.3f ms since the last, ctl iter %d stop %d\n",
 			ls->batch_sz[slot], 1e3 * (now - ls->vlast), snap->iter, snap->stop);
 	for (int t = ls->reported; t < snap->iter; t++)
-		fprintf(stderr, "kmg:   iter %d moved %d exact %d relocated %d stop %d\n", t + 1,
-				stats[t].moved, stats[t].ambiguous, stats[t].relocated, stats[t].stop);
+		fprintf(stderr, "kmg:   iter %d moved %d exact %d screen candidates %d relocated %d stop %d\n",
+				t + 1, stats[t].moved, stats[t].ambiguous, stats[t].candidates,
+				stats[t].relocated, stats[t].stop);
 	ls->vlast = now;
 }
 

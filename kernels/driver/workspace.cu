@@ -109,6 +109,14 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 		w->a.xchunks = (k + w->a.fbn - 1) / w->a.fbn;
 		w->a.xcost = (double *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(double));
 		w->a.xidx = (int32_t *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(int32_t));
+		if (sh->plan.screen == KMG_SCREEN_TF32)
+		{
+			w->a.screen = 1;
+			w->a.ccap = kmg_screen_cap(n);
+			w->a.crow = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * sizeof(int32_t));
+			w->a.cids = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * KMG_SCREEN_CANDS *
+											  sizeof(int32_t));
+		}
 	}
 	w->a.reloc = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
 	w->a.empties = (int32_t *) kmg_carve(&c, (size_t) k * sizeof(int32_t));

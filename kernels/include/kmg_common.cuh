@@ -87,6 +87,7 @@ typedef struct kmg_ctl
 	int			moved;			/* rows whose label changed, this iteration */
 	int			nempty;			/* clusters without weight, this iteration */
 	int			namb;			/* ambiguous rows listed (filter path) */
+	int			ncand;			/* rows listed with their candidates (tensor-core screen) */
 	int			relocated;		/* clusters re-seeded, this iteration */
 	int			all_exact;		/* degenerate centroids: settle every row exactly */
 	int			max_iter;
@@ -103,7 +104,8 @@ typedef struct kmg_stat
 	double		inertia;		/* estimate: sum w (fbest + |x|^2) */
 	int			moved;
 	int			relocated;
-	int			ambiguous;		/* rows settled exactly */
+	int			ambiguous;		/* rows settled exactly against every centroid */
+	int			candidates;		/* rows settled exactly against the screen's few candidates */
 	int			stop;
 } kmg_stat;
 
@@ -161,6 +163,18 @@ typedef struct kmg_args
 	int32_t    *xidx;
 	int			xcap;			/* ambiguous rows the chunked path takes */
 	int			xchunks;		/* ceil(k / fbn) */
+
+	/*
+	 * The tensor-core screen (assign/screen_tf32.cu), when the plan runs it
+	 * in place of the float32 filter: rows whose few candidates it lists
+	 * (crow), their candidates (cids: KMG_SCREEN_CANDS a row, -1 past the
+	 * last), room for ccap rows.  screen: the settling's slack is the
+	 * screen's (km_screen_slack) on top of the float32 filter's.
+	 */
+	int			screen;
+	int32_t    *crow;
+	int32_t    *cids;
+	int			ccap;
 
 	/* per cluster */
 	double	   *clus;			/* k x KMG_CW(dp): sum w x, w, count, est/cost */

@@ -64,11 +64,13 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	st->moved = moved;
 	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
 	st->ambiguous = ctl->namb;
+	st->candidates = ctl->ncand;
 	st->stop = stop;
 	ctl->iter = t;
 	ctl->moved = 0;
 	ctl->nempty = 0;
 	ctl->namb = 0;
+	ctl->ncand = 0;
 	ctl->relocated = 0;
 	ctl->stop = stop;
 }

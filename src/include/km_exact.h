@@ -188,4 +188,47 @@ km_filter_slack(int d, float xnorm, float cmax)
 	return 2.5f * (float) (d + 8) * 5.9604645e-8f * r * r;
 }
 
+/*
+ * The same for the tensor-core screen (kernels/assign/screen_tf32.cu): how
+ * far above the screen's best value another centroid's screened value must
+ * lie for that centroid to be out of the running.
+ *
+ * The screen computes s_j = cn_j + sum_i tf32(x_i) tf32(-2 c_ji) for the
+ * rows and centroids the float32 filter takes (dp columns, zero padding),
+ * on tensor cores: every input rounded to TF32 (round to nearest, relative
+ * error at most u = 2^-11), the products exact in float32, the sums in
+ * float32 in the hardware's order and rounding (NVIDIA documents neither;
+ * measured tensor cores truncate with few guard bits, at most 2^-23 of the
+ * running magnitude per operation).  Against f_j = |c_j|^2 - 2 x.c_j:
+ *		|s_j - f_j| <= E_j = 2^-24 |c_j|^2 + 2 (2u + u^2) |x| |c_j|
+ *						+ dp 2^-22 (1 + u)^2 (|c_j|^2 + 2 |x| |c_j|)
+ *						+ dp 2^-124 (|x| + |c_j| + 1)
+ * (cn_j's rounding, the inputs' rounding by Cauchy-Schwarz, 2^-22 of the
+ * magnitude per column for the sums: a step of eight columns may lose 2^-23
+ * per addend, with room to spare; and what flushing subnormal inputs,
+ * products and sums to zero may lose, 2^-126 each).  The exact winner j* has
+ * s_j* <= f_j* + E <= f_b + E <= s_b + 2E for the screen's best b, with E
+ * the bound at |c| = cmax; we take 2.5 E, which also covers rounding in
+ * computing this value and the threshold.  +infinity when (|x| + cmax)^2
+ * could leave the float range: the row is decided exactly.
+ */
+KM_HD float
+km_screen_slack(int dp, float xnorm, float cmax)
+{
+	const float r = xnorm + cmax;
+	const float u = 0x1p-11f;
+	float		xc,
+				cc,
+				e;
+
+	if (!(r < 0x1p60f))
+		return INFINITY;
+	xc = xnorm * cmax;
+	cc = cmax * cmax;
+	e = 0x1p-24f * cc + 2.0f * (2.0f * u + u * u) * xc +
+		(float) dp * 0x1p-22f * (1.0f + 2.5f * u) * (cc + 2.0f * xc) +
+		(float) dp * 0x1p-124f * (xnorm + cmax + 1.0f);
+	return 2.5f * e;
+}
+
 #endif							/* KM_EXACT_H */
