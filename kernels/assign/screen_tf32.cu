@@ -5,9 +5,9 @@
  *	  per-row list of the centroids that can still win; then the exact
  *	  settling of each listed row over its few candidates.
  *
- * What it decides, per row i (k centroids, the filter's operands: rows X
- * of dp floats, the prepared -2 C'^T of km_filter_prepare with the 128-
- * column tile, cn):
+ * What it decides, per row i (k centroids; the filter's operands: rows X
+ * of dp floats, centroids C' and cn; kmg_screen_prepare_kernel rounds
+ * -2 C' to TF32 once an iteration, into a->sop):
  *		s_ij = cn_j + sum_c tf32(x_ic) tf32(-2 c_jc)	(tensor cores, fp32 sums)
  *		b    = min_j s_ij,  T = b + km_screen_slack(dp, |x_i|, cmax)
  *		candidates = { j : s_ij <= T }
@@ -26,9 +26,11 @@
  * How.  A block owns 128 rows and walks every 128-centroid tile of the
  * prepared operand, so a row's list stays in the block's shared memory:
  *	- 4 warps of 64 x 64 (mma.sync m16n8k8 TF32: 4 x 8 tiles, 128
- *	  accumulators a thread); k-slices of 16 columns in a 4-stage cp.async
- *	  ring (rows and operand zero-filled past n and dp), padded so that
- *	  every fragment load is one conflict-free wavefront;
+ *	  accumulators a thread); k-slices of 16 columns of the rows and of the
+ *	  operand in a 4-stage cp.async ring (zero-filled past n and dp), rows
+ *	  padded to 20 floats so that each ldmatrix.x4 (four fragments of an
+ *	  m-tile, or of two n-tiles) is conflict-free; the rows' values are
+ *	  rounded to TF32 (cvt.rna) as they leave shared memory;
  *	- the accumulators start at cn_j (+inf past k), so a tile's results are
  *	  s_ij; its epilogue lowers each row's running best (shared memory, the
  *	  least over the row's 8 threads), appends to the row's list every value
@@ -57,11 +59,10 @@ constexpr int SBN = 128;		/* centroids a tile (= KM_FILTER_TILE_128's columns) *
 constexpr int SBK = 16;			/* columns a k-slice */
 constexpr int SSTAGES = 4;		/* cp.async ring */
 constexpr int SNT = 128;		/* 4 warps, 2 x 2, each 64 rows x 64 centroids */
-constexpr int SAP = SBK + 4;	/* padded row of the rows' slice: banks 20 g + t distinct */
-constexpr int SBP = SBN + 8;	/* padded row of the operand's slice: banks 8 t + g distinct */
+constexpr int SAP = SBK + 4;	/* padded row of a slice: ldmatrix rows 80 bytes apart, no conflicts */
 constexpr int SMC = 16;			/* candidates a row lists in shared memory */
 constexpr int SA_FL = SBM * SAP;
-constexpr int SB_FL = SBK * SBP;
+constexpr int SB_FL = SBN * SAP;
 constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL) * sizeof(float) +
 	(size_t) SBM * SMC * (sizeof(float) + sizeof(int)) + (size_t) 4 * SBM * sizeof(int);
 
@@ -85,6 +86,16 @@ kmg_tf32(float v)
 
 	asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
 	return r;
+}
+
+/* Four 8 x 4 float matrices of shared memory (ldmatrix: lane l gives row l % 8 of matrix l / 8). */
+__device__ __forceinline__ void
+kmg_ldsm4(uint32_t *r, const float *p)
+{
+	const unsigned a = (unsigned) __cvta_generic_to_shared(p);
+
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+				 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
 __device__ __forceinline__ void
@@ -142,8 +153,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const int	ks = (dp + SBK - 1) / SBK;
 	const int	tiles = (a.kp + SBN - 1) / SBN;
 	const int	total = tiles * ks;
-	const float *Bt = a.fwork;
-	const float *Cnt = a.fwork + (size_t) tiles * SBN * dp;
+	const float *Bt = a.sop;		/* tiles * SBN rows of dp: tf32(-2 c'), zeros past k */
+	const float *Cnt = a.sop + (size_t) tiles * SBN * dp;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -157,37 +168,49 @@ kmg_screen_kernel(kmg_args a, int mode)
 	sslack[tid] = row0 + tid < n ? kmg_row_screen_slack(a, a.xnorm[row0 + tid], cmax, all_exact)
 		: 0.0f;
 
-	/* slice q of the walk: tile q / ks, columns (q % ks) * SBK on */
-	auto load = [&] (int q, int stage)
+	/*
+	 * The copies of this thread: 16 bytes of rows lr + 32 u of each slice
+	 * (u < 4), of the rows and of the operand's tile; the walk's next slice
+	 * is (lt, lc0), advanced one slice per load.
+	 */
+	const int	lr = tid >> 2,
+				lcc = (tid & 3) * 4;
+	const float *xsrc[4];
+	int			xok[4];
+	int			lt = 0,
+				lc0 = 0;
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
 	{
-		const int	t = q / ks;
-		const int	c0 = (q - t * ks) * SBK;
-		float	   *dA = sA + stage * SA_FL;
-		float	   *dB = sB + stage * SB_FL;
+		const int64_t i = row0 + lr + 32 * u;
+
+		xok[u] = i < n;
+		xsrc[u] = a.X + (xok[u] ? i : 0) * dp + lcc;
+	}
+
+	auto load = [&] (int stage)
+	{
+		float	   *dA = sA + stage * SA_FL + lr * SAP + lcc;
+		float	   *dB = sB + stage * SB_FL + lr * SAP + lcc;
+		const int	cok = lc0 + lcc < dp;
+		const float *bsrc = Bt + ((size_t) lt * SBN + lr) * dp + lc0 + lcc;
 
 #pragma unroll
-		for (int u = 0; u < SBM * SBK / 4 / SNT; u++)
+		for (int u = 0; u < 4; u++)
 		{
-			const int	ch = tid + u * SNT;
-			const int	rr = ch >> 2;
-			const int	cc = (ch & 3) * 4;
-			const int64_t i = row0 + rr;
-			const int	ok = i < n && c0 + cc < dp;
+			const int	ok = cok && xok[u];
 
-			kmg_cp16_zfill(dA + rr * SAP + cc, ok ? (const void *) (a.X + i * dp + c0 + cc)
-						   : (const void *) a.X, ok ? 16 : 0);
+			kmg_cp16_zfill(dA + 32 * u * SAP, ok ? (const void *) (xsrc[u] + lc0) : (const void *) a.X,
+						   ok ? 16 : 0);
+			kmg_cp16_zfill(dB + 32 * u * SAP, cok ? (const void *) (bsrc + (size_t) 32 * u * dp)
+						   : (const void *) Bt, cok ? 16 : 0);
 		}
-#pragma unroll
-		for (int u = 0; u < SBK * SBN / 4 / SNT; u++)
+		lc0 += SBK;
+		if (lc0 >= dp)
 		{
-			const int	ch = tid + u * SNT;
-			const int	kk = ch / (SBN / 4);
-			const int	cc = (ch - kk * (SBN / 4)) * 4;
-			const int	ok = c0 + kk < dp;
-
-			kmg_cp16_zfill(dB + kk * SBP + cc,
-						   ok ? (const void *) (Bt + ((size_t) t * dp + c0 + kk) * SBN + cc)
-						   : (const void *) Bt, ok ? 16 : 0);
+			lc0 = 0;
+			lt++;
 		}
 	};
 
@@ -195,12 +218,18 @@ kmg_screen_kernel(kmg_args a, int mode)
 	for (int p = 0; p < SSTAGES - 1; p++)
 	{
 		if (p < total)
-			load(p, p);
+			load(p);
 		kmg_cp16_commit();
 	}
 
 	float		acc[4][8][4];
 	int			q = 0;
+
+	/* ldmatrix rows of this lane (see the k-step below) */
+	const int	mi = lane >> 3,
+				mr = lane & 7;
+	const int	offA = (wm * 64 + mr + (mi & 1) * 8) * SAP + (mi >> 1) * 4;
+	const int	offB = (wn * 64 + mr + (mi >> 1) * 8) * SAP + (mi & 1) * 4;
 
 	for (int t = 0; t < tiles; t++)
 	{
@@ -225,41 +254,51 @@ kmg_screen_kernel(kmg_args a, int mode)
 			kmg_cp16_wait<SSTAGES - 2>();
 			__syncthreads();
 			if (q + SSTAGES - 1 < total)
-				load(q + SSTAGES - 1, (q + SSTAGES - 1) % SSTAGES);
+				load((q + SSTAGES - 1) % SSTAGES);
 			kmg_cp16_commit();
 
-			const float *cA = sA + (q % SSTAGES) * SA_FL + (wm * 64 + g) * SAP + t4;
-			const float *cB = sB + (q % SSTAGES) * SB_FL + t4 * SBP + wn * 64 + g;
+			/*
+			 * Both k-steps' fragments first, then their 64 MMAs.  ldmatrix:
+			 * A, matrices (rows 0-7 | 8-15) x (columns 0-3 | 4-7) of an
+			 * m-tile = a0..a3; B, (columns 0-3 | 4-7) x (n-tile nt | nt + 1)
+			 * = b0, b1 of two n-tiles.
+			 */
+			const float *cA = sA + (q % SSTAGES) * SA_FL + offA;
+			const float *cB = sB + (q % SSTAGES) * SB_FL + offB;
+			uint32_t	af[2][4][4],
+						bf[2][8][2];
 
 #pragma unroll
-			for (int k8 = 0; k8 < SBK; k8 += 8)
+			for (int k2 = 0; k2 < 2; k2++)
 			{
-				uint32_t	af[4][4],
-							bf[8][2];
-
 #pragma unroll
 				for (int mt = 0; mt < 4; mt++)
-				{
-					const float *p = cA + mt * 16 * SAP + k8;
-
-					af[mt][0] = kmg_tf32(p[0]);
-					af[mt][1] = kmg_tf32(p[8 * SAP]);
-					af[mt][2] = kmg_tf32(p[4]);
-					af[mt][3] = kmg_tf32(p[8 * SAP + 4]);
-				}
+					kmg_ldsm4(af[k2][mt], cA + mt * 16 * SAP + 8 * k2);
 #pragma unroll
-				for (int nt = 0; nt < 8; nt++)
+				for (int np = 0; np < 4; np++)
 				{
-					const float *p = cB + k8 * SBP + nt * 8;
+					uint32_t	r[4];
 
-					bf[nt][0] = kmg_tf32(p[0]);
-					bf[nt][1] = kmg_tf32(p[4 * SBP]);
+					kmg_ldsm4(r, cB + np * 16 * SAP + 8 * k2);
+					bf[k2][2 * np][0] = r[0];
+					bf[k2][2 * np][1] = r[1];
+					bf[k2][2 * np + 1][0] = r[2];
+					bf[k2][2 * np + 1][1] = r[3];
 				}
+			}
+#pragma unroll
+			for (int k2 = 0; k2 < 2; k2++)
+			{
+#pragma unroll
+				for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+						af[k2][mt][u] = kmg_tf32(__uint_as_float(af[k2][mt][u]));
 #pragma unroll
 				for (int mt = 0; mt < 4; mt++)
 #pragma unroll
 					for (int nt = 0; nt < 8; nt++)
-						kmg_mma_tf32(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+						kmg_mma_tf32(acc[mt][nt], af[k2][mt], bf[k2][nt][0], bf[k2][nt][1]);
 			}
 		}
 
@@ -271,6 +310,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 		 * The best only falls, so the final list holds every value within
 		 * the slack of the final best.
 		 */
+		float		mrow[4][2];
+
 #pragma unroll
 		for (int mt = 0; mt < 4; mt++)
 #pragma unroll
@@ -281,6 +322,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 #pragma unroll
 				for (int nt = 0; nt < 8; nt++)
 					m = fminf(m, fminf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
+				mrow[mt][h] = m;
 				m = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
 				m = fminf(m, __shfl_xor_sync(0xffffffffu, m, 2));
 				if (t4 == 0 && !isnan(m))
@@ -295,6 +337,9 @@ kmg_screen_kernel(kmg_args a, int mode)
 				const int	r = wm * 64 + mt * 16 + h * 8 + g;
 				const float thr = sbest[r] + sslack[r];
 
+				/* the thread's values of this row all lie past it: nothing to list */
+				if (!(mrow[mt][h] <= thr))
+					continue;
 #pragma unroll
 				for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -443,9 +488,48 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 }
 
 /*
- * The screen and the settling of its listed rows, after km_filter_prepare
- * (tile KM_FILTER_TILE_128) filled a->fwork; the rows it sends to the full
- * settling are on a->amb for kmg_exact_refine.
+ * The screen's centroid operand, once an iteration: for tiles * SBN rows j,
+ * sop[j * dp + c] = tf32(-2 c'_jc) (zeros for j >= k: rows past the end of
+ * the last tile), then cn_j (+inf for j >= k).  Rounded here once, so the
+ * screen converts only the rows' values; -2 is exact, so this is -2 tf32(c').
+ */
+__global__ void
+kmg_screen_prepare_kernel(const float *__restrict__ Cf, const float *__restrict__ cn, int k,
+						  int dp, int rows, float *__restrict__ sop)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	const int64_t nv = (int64_t) rows * dp;
+
+	for (int64_t e = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; e < nv + rows; e += stride)
+	{
+		if (e < nv)
+		{
+			const int64_t j = e / dp;
+
+			sop[e] = j < k ? __uint_as_float(kmg_tf32(-2.0f * Cf[e])) : 0.0f;
+		}
+		else
+		{
+			const int64_t j = e - nv;
+
+			sop[e] = j < k ? cn[j] : INFINITY;
+		}
+	}
+}
+
+/* Bytes of the screen's centroid operand (a->sop) for k centroids of dp floats. */
+size_t
+kmg_screen_work_bytes(int k, int dp)
+{
+	const size_t rows = (size_t) KMG_ROUND_UP(k, SBN);
+
+	return (rows * dp + rows) * sizeof(float);
+}
+
+/*
+ * The screen (its operand, then the pass) and the settling of its listed
+ * rows; the rows it sends to the full settling are on a->amb for
+ * kmg_exact_refine, which reads km_filter_prepare's operand.
  */
 cudaError_t
 kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
@@ -455,11 +539,25 @@ kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 
 	if (a->n == 0)
 		return cudaSuccess;
-	if (a->fbn != SBN)
-		return cudaErrorInvalidValue;
+	{
+		const int	rows = KMG_ROUND_UP(a->k, SBN);
+		int64_t		pb = ((int64_t) rows * (a->dp + 1) + 255) / 256;
+
+		if (pb > (int64_t) sms * 4)
+			pb = (int64_t) sms * 4;
+		kmg_screen_prepare_kernel<<<(unsigned) pb, 256, 0, stream>>>(a->Cf, a->cn, a->k, a->dp,
+																	  rows, a->sop);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			return e;
+	}
 	/* per device: split fits run this on several */
 	e = cudaFuncSetAttribute((const void *) kmg_screen_kernel,
 							 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) SSMEM);
+	/* and the largest shared-memory carveout: two blocks an SM, whatever the driver would pick */
+	if (e == cudaSuccess)
+		e = cudaFuncSetAttribute((const void *) kmg_screen_kernel,
+								 cudaFuncAttributePreferredSharedMemoryCarveout,
+								 cudaSharedmemCarveoutMaxShared);
 	if (e != cudaSuccess)
 		return e;
 	kmg_screen_kernel<<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);

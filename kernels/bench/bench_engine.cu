@@ -1477,6 +1477,10 @@ bench(void)
 
 	for (size_t s = 0; s < nshapes; s++)
 	{
+		/* BENCH_ONLY=i: shape i alone (profiling) */
+		if (getenv("BENCH_ONLY") != NULL && atoi(getenv("BENCH_ONLY")) != (int) s)
+			continue;
+
 		const int64_t n = shapes[s].n;
 		const int	d = shapes[s].d,
 					k = shapes[s].k;

@@ -112,6 +112,7 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 		if (sh->plan.screen == KMG_SCREEN_TF32)
 		{
 			w->a.screen = 1;
+			w->a.sop = (float *) kmg_carve(&c, kmg_screen_work_bytes(k, dp));
 			w->a.ccap = kmg_screen_cap(n);
 			w->a.crow = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * sizeof(int32_t));
 			w->a.cids = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * KMG_SCREEN_CANDS *

@@ -166,12 +166,13 @@ typedef struct kmg_args
 
 	/*
 	 * The tensor-core screen (assign/screen_tf32.cu), when the plan runs it
-	 * in place of the float32 filter: rows whose few candidates it lists
-	 * (crow), their candidates (cids: KMG_SCREEN_CANDS a row, -1 past the
+	 * in place of the float32 filter: its operand (sop), rows whose few
+	 * candidates it lists (crow), their candidates (cids: KMG_SCREEN_CANDS a row, -1 past the
 	 * last), room for ccap rows.  screen: the settling's slack is the
 	 * screen's (km_screen_slack) on top of the float32 filter's.
 	 */
 	int			screen;
+	float	   *sop;			/* its centroid operand (kmg_screen_work_bytes) */
 	int32_t    *crow;
 	int32_t    *cids;
 	int			ccap;
