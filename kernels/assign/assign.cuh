@@ -122,6 +122,7 @@ cudaError_t kmg_classify(const kmg_args *a, int mode, cudaStream_t stream);
 cudaError_t kmg_exact_refine(const kmg_args *a, const kmg_assign_plan *plan, int mode,
 							 cudaStream_t stream);
 int			kmg_exact_cap(int64_t n);
+int			kmg_scratch_rows(int64_t n, int share);
 cudaError_t kmg_row_costs(const kmg_args *a, cudaStream_t stream);
 
 #endif							/* KMG_ASSIGN_CUH */

@@ -765,17 +765,27 @@ kmg_exact_merge_kernel(kmg_args a, int mode)
 		kmg_block_add_int(moved, &a.ctl->moved);
 }
 
-/* Ambiguous rows a call keeps scratch for (the rest take the slower path). */
+/*
+ * Rows of n a list keeps scratch for: n / share, at least 65536, at most
+ * n (the rows past it take a slower path).
+ */
 int
-kmg_exact_cap(int64_t n)
+kmg_scratch_rows(int64_t n, int share)
 {
-	int64_t		cap = n / 8;
+	int64_t		cap = n / share;
 
 	if (cap < 65536)
 		cap = 65536;
 	if (cap > n)
 		cap = n;
 	return (int) cap;
+}
+
+/* Ambiguous rows a call keeps scratch for (the rest take the slower path). */
+int
+kmg_exact_cap(int64_t n)
+{
+	return kmg_scratch_rows(n, 8);
 }
 
 /* Raise kernel's dynamic shared memory limit to smem and launch it. */

@@ -578,11 +578,5 @@ kmg_screen_smem(void)
 int
 kmg_screen_cap(int64_t n)
 {
-	int64_t		cap = n / 4;
-
-	if (cap < 65536)
-		cap = 65536;
-	if (cap > n)
-		cap = n;
-	return (int) cap;
+	return kmg_scratch_rows(n, 4);
 }
