@@ -225,6 +225,41 @@ gen_weights(int64_t n, uint64_t seed, int zeros)
 	return w;
 }
 
+static void
+result_alloc(km_result *r, int64_t n, int d, int k)
+{
+	memset(r, 0, sizeof(*r));
+	r->centroids = (float *) malloc(sizeof(float) * k * d);
+	r->sizes = (int64_t *) malloc(sizeof(int64_t) * k);
+	r->cluster_inertia = (double *) malloc(sizeof(double) * k);
+	r->labels = (int32_t *) malloc(sizeof(int32_t) * n);
+}
+
+static void
+result_free(km_result *r)
+{
+	free(r->centroids);
+	free(r->sizes);
+	free(r->cluster_inertia);
+	free(r->labels);
+}
+
+/* A fit's parameters: k, max_iter, tol 0, init, metric, one run (the rest zero). */
+static km_params
+fit_params(int k, int max_iter, km_init init, km_metric metric)
+{
+	km_params	p;
+
+	memset(&p, 0, sizeof(p));
+	p.k = k;
+	p.max_iter = max_iter;
+	p.tol = 0.0;
+	p.init = init;
+	p.metric = metric;
+	p.n_init = 1;
+	return p;
+}
+
 /* ---- hooks ---- */
 
 typedef struct hook_ctx
@@ -609,12 +644,7 @@ api_checks(void)
 					same_ac = 1;
 		char		msg[200];
 
-		memset(&p, 0, sizeof(p));
-		p.k = k;
-		p.max_iter = 30;
-		p.tol = 0;
-		p.init = KM_INIT_KMEANSPP;
-		p.metric = (km_metric) metric;
+		p = fit_params(k, 30, KM_INIT_KMEANSPP, (km_metric) metric);
 		p.seed = 99;
 		p.n_init = 2;
 		for (int i = 0; i < 3; i++)
@@ -1080,22 +1110,12 @@ screen_checks(void)
 			km_error	err;
 			char		msg[300];
 
-			memset(&p, 0, sizeof(p));
-			p.k = k;
-			p.max_iter = 6;
-			p.tol = 0.0;
-			p.init = KM_INIT_EXPLICIT;
+			p = fit_params(k, 6, KM_INIT_EXPLICIT, c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2);
 			p.init_centroids = C.data();
-			p.metric = c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2;
-			p.n_init = 1;
 			for (int sc = 0; sc < 2; sc++)
 			{
 				setenv("KMG_SCREEN", sc == 0 ? "tf32" : "fp32", 1);
-				memset(&r[sc], 0, sizeof(r[sc]));
-				r[sc].centroids = (float *) malloc(sizeof(float) * k * d);
-				r[sc].sizes = (int64_t *) malloc(sizeof(int64_t) * k);
-				r[sc].cluster_inertia = (double *) malloc(sizeof(double) * k);
-				r[sc].labels = (int32_t *) malloc(sizeof(int32_t) * n);
+				result_alloc(&r[sc], n, d, k);
 				st[sc] = api->engine->fit(&data, &p, NULL, &r[sc], &err);
 			}
 			snprintf(msg, sizeof(msg), "screen tf32 = fp32: fit %-30s: status %d %d, centroids %s, labels %s, "
@@ -1108,12 +1128,7 @@ screen_checks(void)
 				  memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * n) == 0 &&
 				  r[0].inertia == r[1].inertia && r[0].iterations == r[1].iterations, msg);
 			for (int sc = 0; sc < 2; sc++)
-			{
-				free(r[sc].centroids);
-				free(r[sc].sizes);
-				free(r[sc].cluster_inertia);
-				free(r[sc].labels);
-			}
+				result_free(&r[sc]);
 		}
 		fflush(stdout);
 		free(x);
@@ -1612,25 +1627,6 @@ split_tight_limit(int64_t n, int d, int k, km_metric metric, int weighted, km_gp
 			return L.memory_limit;
 	}
 	return 0;
-}
-
-static void
-result_alloc(km_result *r, int64_t n, int d, int k)
-{
-	memset(r, 0, sizeof(*r));
-	r->centroids = (float *) malloc(sizeof(float) * k * d);
-	r->sizes = (int64_t *) malloc(sizeof(int64_t) * k);
-	r->cluster_inertia = (double *) malloc(sizeof(double) * k);
-	r->labels = (int32_t *) malloc(sizeof(int32_t) * n);
-}
-
-static void
-result_free(km_result *r)
-{
-	free(r->centroids);
-	free(r->sizes);
-	free(r->cluster_inertia);
-	free(r->labels);
 }
 
 /* Whether two fits are the same model, bit for bit; what differs into why. */
