@@ -110,7 +110,6 @@ size_t		kmg_direct_acc_bytes(int dp, int k);
 
 /* ---- screen_tf32.cu ---- */
 cudaError_t kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream);
-size_t		kmg_screen_smem(void);
 size_t		kmg_screen_work_bytes(int k, int dp);
 int			kmg_screen_cap(int64_t n);
 

@@ -31,7 +31,7 @@
 /*
  * The slack of a listed row's settling: the float32 filter's, plus the
  * tensor-core screen's when the screen listed it (fbest is then the
- * screen's best; kmg_row_screen_slack of screen_tf32.cu).
+ * screen's best, within km_screen_slack of the exact winner's value).
  */
 __device__ __forceinline__ float
 kmg_settle_slack(const kmg_args &a, float xn, float cmax)
@@ -39,7 +39,7 @@ kmg_settle_slack(const kmg_args &a, float xn, float cmax)
 	float		s = km_filter_slack(a.d, xn, cmax);
 
 	if (a.screen)
-		s += km_screen_slack(a.dp, xn, cmax) + km_filter_slack(a.d, xn, cmax);
+		s += km_screen_slack(a.d, a.dp, xn, cmax);
 	return s;
 }
 

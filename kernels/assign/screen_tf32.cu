@@ -9,7 +9,7 @@
  * of dp floats, centroids C' and cn; kmg_screen_prepare_kernel rounds
  * -2 C' to TF32 once an iteration, into a->sop):
  *		s_ij = cn_j + sum_c tf32(x_ic) tf32(-2 c_jc)	(tensor cores, fp32 sums)
- *		b    = min_j s_ij,  T = b + km_screen_slack(dp, |x_i|, cmax)
+ *		b    = min_j s_ij,  T = b + km_screen_slack(d, dp, |x_i|, cmax)
  *		candidates = { j : s_ij <= T }
  * km_screen_slack bounds |s_ij - f_ij| twice over, so the exact winner
  * (km_exact_nearest: the least exact cost, ties to the lowest index) is
@@ -107,18 +107,13 @@ kmg_mma_tf32(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/*
- * The slack of a row: the screen's rounding (km_screen_slack) plus the
- * float32 filter's (km_filter_slack, which covers what rounding the rows
- * and centroids to the filter's operands does to the exact costs); +inf
- * when it cannot be bounded (the row is then settled exactly).
- */
+/* The slack of a row (km_screen_slack); +inf when it cannot be bounded (settled exactly). */
 __device__ __forceinline__ float
 kmg_row_screen_slack(const kmg_args &a, float xn, float cmax, int all_exact)
 {
 	if (all_exact || (a.cosine && xn == 0.0f))
 		return INFINITY;
-	return km_screen_slack(a.dp, xn, cmax) + km_filter_slack(a.d, xn, cmax);
+	return km_screen_slack(a.d, a.dp, xn, cmax);
 }
 
 }								/* namespace */
@@ -565,13 +560,6 @@ kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 		return e;
 	kmg_screen_certify_kernel<<<(unsigned) sms * 4, 256, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
-}
-
-/* Shared memory the screen's block takes (for the harnesses). */
-size_t
-kmg_screen_smem(void)
-{
-	return SSMEM;
 }
 
 /* Rows the screen can list with their candidates (the rest take the full settling). */

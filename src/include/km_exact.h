@@ -209,11 +209,15 @@ km_filter_slack(int d, float xnorm, float cmax)
  * products and sums to zero may lose, 2^-126 each).  The exact winner j* has
  * s_j* <= f_j* + E <= f_b + E <= s_b + 2E for the screen's best b, with E
  * the bound at |c| = cmax; we take 2.5 E, which also covers rounding in
- * computing this value and the threshold.  +infinity when (|x| + cmax)^2
- * could leave the float range: the row is decided exactly.
+ * computing this value and the threshold.  On top of it, km_filter_slack:
+ * what rounding the rows and centroids to the filter's operands does to the
+ * exact costs, and the float32 recomputation of a row settled fully.  So
+ * this is the one slack a screened row needs, whichever way it is settled.
+ * +infinity when (|x| + cmax)^2 could leave the float range: the row is
+ * decided exactly.
  */
 KM_HD float
-km_screen_slack(int dp, float xnorm, float cmax)
+km_screen_slack(int d, int dp, float xnorm, float cmax)
 {
 	const float r = xnorm + cmax;
 	const float u = 0x1p-11f;
@@ -228,7 +232,7 @@ km_screen_slack(int dp, float xnorm, float cmax)
 	e = 0x1p-24f * cc + 2.0f * (2.0f * u + u * u) * xc +
 		(float) dp * 0x1p-22f * (1.0f + 2.5f * u) * (cc + 2.0f * xc) +
 		(float) dp * 0x1p-124f * (xnorm + cmax + 1.0f);
-	return 2.5f * e;
+	return 2.5f * e + km_filter_slack(d, xnorm, cmax);
 }
 
 #endif							/* KM_EXACT_H */
