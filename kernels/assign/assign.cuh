@@ -11,8 +11,8 @@
  *	  and the end of the iteration;
  *	- filter_gemm.cu (contract: filter_gemm.cuh): the float32 filter for
  *	  larger k, a GEMM fused with a per-row top-2;
- *	- screen_tf32.cu: the same filter on tensor cores (TF32), listing per
- *	  row the few centroids its rounding leaves in the running, and the
+ *	- screen.cu: the same filter on tensor cores (float16 or TF32), listing
+ *	  per row the few centroids its rounding leaves in the running, and the
  *	  exact settling of those;
  *	- exact.cu: the slack test on the filter's top-2, the exact settling of
  *	  the rows it cannot decide, and the exact cost of every row.
@@ -49,7 +49,8 @@ enum
 enum
 {
 	KMG_SCREEN_FP32 = 0,		/* filter_gemm.cu, then exact.cu's classify */
-	KMG_SCREEN_TF32 = 1			/* screen_tf32.cu */
+	KMG_SCREEN_TF32 = 1,		/* screen.cu in TF32 */
+	KMG_SCREEN_FP16 = 2			/* screen.cu in float16 where the call keeps the rows' copy */
 };
 
 /* Candidates a listed row of the tensor-core screen keeps (a->cids). */
@@ -108,9 +109,12 @@ kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);
 size_t		kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k);
 size_t		kmg_direct_acc_bytes(int dp, int k);
 
-/* ---- screen_tf32.cu ---- */
+/* ---- screen.cu ---- */
 cudaError_t kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream);
 size_t		kmg_screen_work_bytes(int k, int dp);
+size_t		kmg_screen_rows16_bytes(int64_t n, int dp);
+cudaError_t kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax,
+							  unsigned short *Xh, int *xexp, int sms, cudaStream_t stream);
 int			kmg_screen_cap(int64_t n);
 
 /* ---- reduce.cu ---- */

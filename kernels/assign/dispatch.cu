@@ -30,9 +30,12 @@
  *						settling kernel below),			below 128 centroids (NOTES.md,
  *						update/ (sort, sums, finalize)	"Filter GEMM").
  *						On compute capability 8.0 on,	tensor cores: the iteration is
- *						screen_tf32.cu in place of		1.5 to 2.4 times faster (README,
- *						filter_gemm.cu and classify		"Tensor-core screen"), labels
- *						(kmg_plan_screen)				unchanged (km_screen_slack).
+ *						screen.cu in place of			1.5 to 2.4 times faster in TF32
+ *						filter_gemm.cu and classify		(README, "Tensor-core screen"),
+ *						(kmg_plan_screen): float16		labels unchanged (km_screen_slack,
+ *						with a float16 copy of the		km_screen16_slack); float16 has
+ *						rows, else TF32					TF32's precision, twice its rate
+ *														and half its bytes.
  *
  * Limits each fused row checks against the device (queried at start,
  * kmg_device; estimates for an H100/H200 when there is none):
@@ -87,7 +90,7 @@
 
 /* The filter path. */
 #define KMG_FILTER_SMALL_K 128	/* the 128-column tile up to here */
-#define KMG_SCREEN_DEFAULT KMG_SCREEN_TF32
+#define KMG_SCREEN_DEFAULT KMG_SCREEN_FP16
 #define KMG_SETTLE_TILE_MAXCHUNKS 8
 #define KMG_SETTLE_TILE_DPMAX 1024
 #define KMG_SETTLE_CHUNK4_DPMAX 4096
@@ -200,10 +203,13 @@ kmg_plan_direct(kmg_assign_plan *p, int64_t n, int dp, int k, int mode, const km
 }
 
 /*
- * The filter row's screen: the tensor-core screen (TF32) on devices that
- * have TF32 tensor cores (compute capability 8.0 on), else the float32
- * filter.  KMG_SCREEN=fp32 or tf32 in the environment chooses (the
- * benchmarks run both).
+ * The filter row's screen: the tensor-core screen on devices that have
+ * TF32 and float16 tensor cores (compute capability 8.0 on), else the
+ * float32 filter.  In float16 the call keeps a float16 copy of its rows (2
+ * bytes a value on top of the 4 of the rows; driver/workspace.cu); the
+ * drivers that do not make it (split fits) run the same plan in TF32.
+ * KMG_SCREEN=fp32, tf32 or fp16 in the environment chooses (the benchmarks
+ * run each).
  */
 static int
 kmg_plan_screen(const kmg_device *lim)
@@ -216,6 +222,8 @@ kmg_plan_screen(const kmg_device *lim)
 		return KMG_SCREEN_FP32;
 	if (env != NULL && strcmp(env, "tf32") == 0)
 		return KMG_SCREEN_TF32;
+	if (env != NULL && strcmp(env, "fp16") == 0)
+		return KMG_SCREEN_FP16;
 	return KMG_SCREEN_DEFAULT;
 }
 
@@ -357,7 +365,7 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 	if (mode == KMG_MODE_LABELS &&
 		(e = cudaMemsetAsync(&a->ctl->namb, 0, sizeof(int), stream)) != cudaSuccess)
 		return e;
-	if (plan->screen == KMG_SCREEN_TF32)
+	if (plan->screen != KMG_SCREEN_FP32)
 	{
 		if ((mode == KMG_MODE_LABELS &&
 			 (e = cudaMemsetAsync(&a->ctl->ncand, 0, sizeof(int), stream)) != cudaSuccess) ||

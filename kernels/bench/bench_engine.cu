@@ -984,15 +984,19 @@ seed_checks(void)
 
 /*
  * The tensor-core screen's certificate on adversarial data: engine->assign
- * with KMG_SCREEN=tf32 and with fp32, labels and distances against
+ * with KMG_SCREEN=fp16, tf32 and fp32, labels and distances against
  * ref_assign (the exact nearest centroid, ties to the lowest index); then
- * fits from the same start with either screen, which must give the same
- * model bit for bit.
+ * fits from the same start with each screen, which must give the same
+ * model bit for bit, with labels equal to ref_assign's for the final
+ * centroids.
  *	kinds: 0 small integers (exact ties everywhere), 1 every centroid twice,
  *	2 blobs offset by 1e5, 3 blobs scaled to 1e18 (past the screen's range),
  *	4 blobs scaled to 1e-19 (products near the subnormals), 5 blobs,
  *	6 rows at the midpoint of two centroids or on one
  */
+static const char *const screens[] = {"fp16", "tf32", "fp32"};
+#define NSCREENS 3
+
 static void
 screen_checks(void)
 {
@@ -1073,7 +1077,7 @@ screen_checks(void)
 			std::vector<double> rc(n), gd(n);
 
 			ref_assign(xf, n, d, C.data(), k, c->cosine, rl.data(), rc.data());
-			for (int sc = 0; sc < 2; sc++)
+			for (int sc = 0; sc < NSCREENS; sc++)
 			{
 				km_error	err;
 				km_status	st;
@@ -1081,7 +1085,7 @@ screen_checks(void)
 							ddiff = 0;
 				char		msg[300];
 
-				setenv("KMG_SCREEN", sc == 0 ? "tf32" : "fp32", 1);
+				setenv("KMG_SCREEN", screens[sc], 1);
 				st = api->engine->assign(&data, C.data(), k,
 										 c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2,
 										 gl.data(), gd.data(), NULL, &err);
@@ -1092,43 +1096,60 @@ screen_checks(void)
 				}
 				snprintf(msg, sizeof(msg), "screen %s: assign %-30s n=%lld d=%d k=%d: status %d, "
 						 "labels diff %lld, distances not bit-equal %lld",
-						 sc == 0 ? "tf32" : "fp32", c->name, (long long) n, d, k, st,
+						 screens[sc], c->name, (long long) n, d, k, st,
 						 (long long) ldiff, (long long) ddiff);
 				check(st == KM_OK && ldiff == 0 && ddiff == 0, msg);
 			}
 			free(xf);
 		}
 
-		if (c->kind == 0 || c->kind == 1 || c->kind == 5)
 		{
-			/* fits from C with either screen: the same model */
+			/* fits from C with each screen: the same model, labels exact for its centroids */
 			km_chunk	ch = {x, NULL, n};
 			km_data		data = {d, 1, &ch, n};
 			km_params	p;
-			km_result	r[2];
-			km_status	st[2];
+			km_result	r[NSCREENS];
+			km_status	st[NSCREENS];
 			km_error	err;
-			char		msg[300];
+			char		msg[400];
+			float	   *xf = ref_rows(x, n, d, c->cosine);
+			std::vector<int32_t> fl(n);
 
 			p = fit_params(k, 6, KM_INIT_EXPLICIT, c->cosine ? KM_METRIC_COSINE : KM_METRIC_L2);
 			p.init_centroids = C.data();
-			for (int sc = 0; sc < 2; sc++)
+			for (int sc = 0; sc < NSCREENS; sc++)
 			{
-				setenv("KMG_SCREEN", sc == 0 ? "tf32" : "fp32", 1);
+				setenv("KMG_SCREEN", screens[sc], 1);
 				result_alloc(&r[sc], n, d, k);
 				st[sc] = api->engine->fit(&data, &p, NULL, &r[sc], &err);
 			}
-			snprintf(msg, sizeof(msg), "screen tf32 = fp32: fit %-30s: status %d %d, centroids %s, labels %s, "
-					 "inertia %s, iterations %d %d", c->name, st[0], st[1],
-					 memcmp(r[0].centroids, r[1].centroids, sizeof(float) * k * d) == 0 ? "same" : "DIFFER",
-					 memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * n) == 0 ? "same" : "DIFFER",
-					 r[0].inertia == r[1].inertia ? "same" : "DIFFERS", r[0].iterations, r[1].iterations);
-			check(st[0] == KM_OK && st[1] == KM_OK &&
-				  memcmp(r[0].centroids, r[1].centroids, sizeof(float) * k * d) == 0 &&
-				  memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * n) == 0 &&
-				  r[0].inertia == r[1].inertia && r[0].iterations == r[1].iterations, msg);
-			for (int sc = 0; sc < 2; sc++)
+			for (int sc = 1; sc < NSCREENS; sc++)
+			{
+				snprintf(msg, sizeof(msg), "screen %s = %s: fit %-30s: status %d %d, centroids %s, labels %s, "
+						 "inertia %s, iterations %d %d", screens[0], screens[sc], c->name, st[0], st[sc],
+						 memcmp(r[0].centroids, r[sc].centroids, sizeof(float) * k * d) == 0 ? "same" : "DIFFER",
+						 memcmp(r[0].labels, r[sc].labels, sizeof(int32_t) * n) == 0 ? "same" : "DIFFER",
+						 r[0].inertia == r[sc].inertia ? "same" : "DIFFERS", r[0].iterations,
+						 r[sc].iterations);
+				check(st[0] == KM_OK && st[sc] == KM_OK &&
+					  memcmp(r[0].centroids, r[sc].centroids, sizeof(float) * k * d) == 0 &&
+					  memcmp(r[0].labels, r[sc].labels, sizeof(int32_t) * n) == 0 &&
+					  r[0].inertia == r[sc].inertia && r[0].iterations == r[sc].iterations, msg);
+			}
+			if (st[0] == KM_OK)
+			{
+				int64_t		ldiff = 0;
+
+				ref_assign(xf, n, d, r[0].centroids, k, c->cosine, fl.data(), NULL);
+				for (int64_t i = 0; i < n; i++)
+					ldiff += fl[i] != r[0].labels[i];
+				snprintf(msg, sizeof(msg), "screen %s: fit %-30s: final labels against ref_assign of "
+						 "its centroids: diff %lld", screens[0], c->name, (long long) ldiff);
+				check(ldiff == 0, msg);
+			}
+			for (int sc = 0; sc < NSCREENS; sc++)
 				result_free(&r[sc]);
+			free(xf);
 		}
 		fflush(stdout);
 		free(x);

@@ -14,7 +14,7 @@ What it measures, per shape (A-F below):
      uploaded once (dataset_create/stage/commit), so neither the upload nor
      the set-up of a fit is counted.  tol 0 stops only when no row moved;
      the iterations each fit really ran (km_result.iterations) divide the
-     difference.  Twice: KMG_SCREEN=fp32 and KMG_SCREEN=tf32 (the engine
+     difference.  Three times: KMG_SCREEN=fp32, tf32 and fp16 (the engine
      reads it at each fit; an engine that ignores it gives equal columns).
      Median of --reps for each of T3 and T13, after one warm-up fit.
   3. Our labels for the start centroids, against the float64 argmin (ties
@@ -36,7 +36,7 @@ What it measures, per shape (A-F below):
      a row whose |x|^2 passes 65504 gets inf in fp16, and a note says so).
   5. One markdown table at the end (a row is also printed as each shape
      ends), and once per shape the lines of a 3-iteration fit traced by the
-     engine (KMG_VERBOSE=1, KMG_SCREEN=tf32, in a child process) that
+     engine (KMG_VERBOSE=1, KMG_SCREEN=fp16, in a child process) that
      mention the screen.
 
 Shapes (n x d, k): A 100000 x 256, 1024; B 300000 x 408, 5000;
@@ -594,11 +594,14 @@ class Row(dict):
         return self[key]
 
 
+SCREENS = ("fp32", "tf32", "fp16")
+
 COLUMNS = [("shape", "shape"), ("n", "n"), ("d", "d"), ("k", "k"),
            ("gemm32", "cuBLAS fp32 ms"), ("gemm_tf32", "TF32 GEMM ms"),
            ("ours_fp32", "ours fp32 screen ms"), ("ours_tf32", "ours tf32 screen ms"),
+           ("ours_fp16", "ours fp16 screen ms"),
            ("flash_tf32", "flash TF32 ms"), ("flash_fp16", "flash fp16 ms"),
-           ("ratio", "ours(tf32)/min(flash)"), ("ours_wrong", "ours wrong labels (fp32/tf32)"),
+           ("ratio", "ours(fp16)/min(flash)"), ("ours_wrong", "ours wrong labels (fp32/tf32/fp16)"),
            ("flash_wrong", "flash wrong labels (TF32/fp16)")]
 
 
@@ -606,7 +609,8 @@ def table_line(row):
     vals = []
     for key, _ in COLUMNS:
         v = row.get(key, "-")
-        if key in ("gemm32", "gemm_tf32", "ours_fp32", "ours_tf32", "flash_tf32", "flash_fp16"):
+        if key in ("gemm32", "gemm_tf32", "ours_fp32", "ours_tf32", "ours_fp16", "flash_tf32",
+                   "flash_fp16"):
             v = fmt_ms(v)
         elif key == "ratio" and not isinstance(v, str):
             v = "%.3f" % v
@@ -620,8 +624,8 @@ def table_head():
 
 def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
     """
-    Our two columns (KMG_SCREEN fp32, tf32) on one upload, and for each the
-    wrong labels (None ref: not checked).
+    Our three columns (KMG_SCREEN fp32, tf32, fp16) on one upload, and for
+    each the wrong labels (None ref: not checked).
     """
     name = row["shape"]
     t0 = time.perf_counter()
@@ -631,7 +635,7 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
         name, up, x.nbytes / up / 1e9))
     wrong = {}
     try:
-        for screen in ("fp32", "tf32"):
+        for screen in SCREENS:
             os.environ["KMG_SCREEN"] = screen
 
             def timing():
@@ -674,7 +678,7 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
     finally:
         os.environ.pop("KMG_SCREEN", None)
         eng.free(ds)
-    row["ours_wrong"] = "%s / %s" % (wrong["fp32"], wrong["tf32"])
+    row["ours_wrong"] = " / ".join(str(wrong[s]) for s in SCREENS)
 
 
 def run_flash(torch, fk, xg, cg, ref, row, args):
@@ -725,7 +729,7 @@ def verbose_child(spec, args, seed):
     cmd = [sys.executable, os.path.abspath(__file__), "--child-verbose", spec[0], "--so", args.so,
            "--seed", str(seed)] + (["--quick"] if args.quick else []) + \
         (["--fmnist", args.fmnist] if args.fmnist else [])
-    env = dict(os.environ, KMG_VERBOSE="1", KMG_SCREEN="tf32")
+    env = dict(os.environ, KMG_VERBOSE="1", KMG_SCREEN="fp16")
     env.pop("KMG_SEED_ONLY", None)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     for line in p.stderr.splitlines():
@@ -772,13 +776,14 @@ def run_shape(torch, eng, fk, spec, args, seed):
             ref = step_ref = None
         torch.cuda.empty_cache()
         if eng is None:
-            row["ours_fp32"] = row["ours_tf32"] = row["ours_wrong"] = "error: no engine"
+            row["ours_fp32"] = row["ours_tf32"] = row["ours_fp16"] = row["ours_wrong"] = \
+                "error: no engine"
         else:
             try:
                 run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args)
             except Exception as e:
                 log("%s: ours: %s" % (name, short(e)))
-                for key in ("ours_fp32", "ours_tf32", "ours_wrong"):
+                for key in ("ours_fp32", "ours_tf32", "ours_fp16", "ours_wrong"):
                     row.setdefault(key, short(e))
         if fk is None:
             row["flash_tf32"] = row["flash_fp16"] = row["flash_wrong"] = "error: not importable"
@@ -789,7 +794,7 @@ def run_shape(torch, eng, fk, spec, args, seed):
                 log("%s: flash: %s" % (name, short(e)))
                 for key in ("flash_tf32", "flash_fp16", "flash_wrong"):
                     row.setdefault(key, short(e))
-        ours = row.get("ours_tf32")
+        ours = row.get("ours_fp16")
         flash = [v for v in (row.get("flash_tf32"), row.get("flash_fp16"))
                  if isinstance(v, float) and v > 0]
         row["ratio"] = ours / min(flash) if isinstance(ours, float) and flash else "-"

@@ -107,6 +107,7 @@ typedef struct kmg_work
 	void	   *filter_work;
 	float	   *xscratch;		/* k floats */
 	float	   *mu;				/* dp floats: the centring, when centrable */
+	unsigned short *xh;			/* the float16 screen's copy of the rows (a.Xh once made), or NULL */
 	void	   *stats_work;
 	kmg_seed_bufs sb;
 	int			pp_shift;		/* scale of the k-means++ potentials (seed_pp.h) */
@@ -114,6 +115,7 @@ typedef struct kmg_work
 
 void		kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit,
 						   int copy_rows, const km_params *params, int sums, const kmg_device *dev);
+void		kmg_shape_without_rows16(kmg_shape *sh);
 size_t		kmg_layout(const kmg_shape *sh, char *base, kmg_work *w);
 cudaError_t kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s);
 km_status	kmg_alloc_arena(void **arena, size_t bytes, const char *what, km_error *err);

@@ -173,6 +173,7 @@ kmg_part_bytes(int64_t rows, int64_t chunk, int d, int k, int cosine, int weight
 	uint64_t	b;
 
 	kmg_make_shape(sh, chunk, d, k, cosine, 0, 0, NULL, 1, dev);
+	kmg_shape_without_rows16(sh);
 	b = kmg_layout(sh, NULL, NULL);
 	b += KMG_ROUND_UP((uint64_t) rows * sizeof(int32_t), 256) + 1024;
 	b += kmg_xsum_acc_bytes(k, d, nlx, nlw) + 256;
@@ -513,6 +514,7 @@ kmg_part_alloc(kmg_split *sp, kmg_part *p, km_error *err)
 
 	KMG_CK(cudaSetDevice(p->ordinal));
 	kmg_make_shape(&p->sh, p->chunk, d, sp->k, sp->cosine, 0, 0, NULL, 1, &p->dev);
+	kmg_shape_without_rows16(&p->sh);
 	KMG_CK(kmg_assign_prepare(&p->sh.plan, &p->dev));
 	off = KMG_ROUND_UP(kmg_layout(&p->sh, NULL, NULL), 256);
 	total = off + KMG_ROUND_UP((size_t) p->n * sizeof(int32_t), 256) + 256;

@@ -109,9 +109,11 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 		w->a.xchunks = (k + w->a.fbn - 1) / w->a.fbn;
 		w->a.xcost = (double *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(double));
 		w->a.xidx = (int32_t *) kmg_carve(&c, (size_t) w->a.xcap * w->a.xchunks * sizeof(int32_t));
-		if (sh->plan.screen == KMG_SCREEN_TF32)
+		if (sh->plan.screen != KMG_SCREEN_FP32)
 		{
 			w->a.screen = 1;
+			if (sh->plan.screen == KMG_SCREEN_FP16)
+				w->xh = (unsigned short *) kmg_carve(&c, kmg_screen_rows16_bytes(n, dp));
 			w->a.sop = (float *) kmg_carve(&c, kmg_screen_work_bytes(k, dp));
 			w->a.ccap = kmg_screen_cap(n);
 			w->a.crow = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * sizeof(int32_t));
@@ -205,10 +207,22 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 }
 
 /*
+ * For a call that does not run kmg_rows_setup over rows that stay (split
+ * fits stream theirs in steps): no float16 copy of the rows is laid out, and
+ * its tensor-core screen runs in TF32.
+ */
+void
+kmg_shape_without_rows16(kmg_shape *sh)
+{
+	if (sh->plan.screen == KMG_SCREEN_FP16)
+		sh->plan.screen = KMG_SCREEN_TF32;
+}
+
+/*
  * After the rows are prepared (kmg_prep_rows), once per call: the l2
  * centring of the fused passes that take it (mu = the rows' mean, rounded
- * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides)
- * and, for a fit, the scale of the order-free inertia of the final pass
+ * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides),
+ * the float16 copy of the rows when the plan screens in float16, and, for a fit, the scale of the order-free inertia of the final pass
  * (the CPU engine's: km_fix_scale(max w * (cosine ? 2 : 4 max |x|^2) * 1.01,
  * n)).  Synchronises the stream.
  */
@@ -260,6 +274,19 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 		}
 	}
 	free(colsum);
+	/* the float16 screen's copy of the rows (rows fixed for the call: cosine already normalised) */
+	w->a.Xh = NULL;
+	if (e == cudaSuccess && w->xh != NULL)
+	{
+		int			xe = 0;
+
+		e = kmg_screen_rows16(w->a.X, sh->n, sh->dp, st.xabsmax, w->xh, &xe, sh->plan.sms, s);
+		if (e == cudaSuccess)
+		{
+			w->a.Xh = w->xh;
+			w->a.xexp = xe;
+		}
+	}
 	/* not centred (or cosine): l2 filters the centroids themselves */
 	if (!sh->cosine && w->a.mu == NULL)
 		w->a.Cf = w->a.C;

@@ -165,14 +165,19 @@ typedef struct kmg_args
 	int			xchunks;		/* ceil(k / fbn) */
 
 	/*
-	 * The tensor-core screen (assign/screen_tf32.cu), when the plan runs it
-	 * in place of the float32 filter: its operand (sop), rows whose few
+	 * The tensor-core screen (assign/screen.cu), when the plan runs it in
+	 * place of the float32 filter: its operand (sop), rows whose few
 	 * candidates it lists (crow), their candidates (cids: KMG_SCREEN_CANDS a row, -1 past the
 	 * last), room for ccap rows.  screen: the settling's slack is the
-	 * screen's (km_screen_slack) on top of the float32 filter's.
+	 * screen's (km_screen_slack, or km_screen16_slack with Xh) on top of the
+	 * float32 filter's.  Xh: the rows in float16, scaled by 2^(14 - xexp)
+	 * (kmg_screen_rows16), when the call keeps that copy: the screen then
+	 * runs in float16, else in TF32.
 	 */
 	int			screen;
 	float	   *sop;			/* its centroid operand (kmg_screen_work_bytes) */
+	const unsigned short *Xh;	/* n x dp float16 bits, or NULL */
+	int			xexp;
 	int32_t    *crow;
 	int32_t    *cids;
 	int			ccap;

@@ -189,7 +189,7 @@ km_filter_slack(int d, float xnorm, float cmax)
 }
 
 /*
- * The same for the tensor-core screen (kernels/assign/screen_tf32.cu): how
+ * The same for the tensor-core screen (kernels/assign/screen.cu): how
  * far above the screen's best value another centroid's screened value must
  * lie for that centroid to be out of the running.
  *
@@ -217,21 +217,81 @@ km_filter_slack(int d, float xnorm, float cmax)
  * decided exactly.
  */
 KM_HD float
-km_screen_slack(int d, int dp, float xnorm, float cmax)
+km_screen_bound(int dp, float xnorm, float cmax)
 {
-	const float r = xnorm + cmax;
 	const float u = 0x1p-11f;
-	float		xc,
-				cc,
-				e;
+	const float xc = xnorm * cmax,
+				cc = cmax * cmax;
 
-	if (!(r < 0x1p60f))
-		return INFINITY;
-	xc = xnorm * cmax;
-	cc = cmax * cmax;
-	e = 0x1p-24f * cc + 2.0f * (2.0f * u + u * u) * xc +
+	return 0x1p-24f * cc + 2.0f * (2.0f * u + u * u) * xc +
 		(float) dp * 0x1p-22f * (1.0f + 2.5f * u) * (cc + 2.0f * xc) +
 		(float) dp * 0x1p-124f * (xnorm + cmax + 1.0f);
+}
+
+KM_HD float
+km_screen_slack(int d, int dp, float xnorm, float cmax)
+{
+	if (!(xnorm + cmax < 0x1p60f))
+		return INFINITY;
+	return 2.5f * km_screen_bound(dp, xnorm, cmax) + km_filter_slack(d, xnorm, cmax);
+}
+
+/*
+ * The half-precision screen (the same kernel on float16 operands, mma
+ * m16n8k16): the rows are kept as h(2^(14 - xe) x) and the centroid operand
+ * is h(-2 2^(13 - ce) c'), where h rounds to float16 (nearest even: relative
+ * error at most u = 2^-11, as TF32) and flushes results below 2^-14 to zero,
+ * 2^xe > max |x_c| over all rows (km_screen16_exp, once a call) and 2^ce >
+ * cmax (once an iteration).  Every value is then below 2^14, far from the
+ * end of the float16 range, and the screen's values are the float32
+ * filter's times S = 2^(27 - xe - ce): compared within a row, they need no
+ * undoing but for fbest.  Against TF32 each input may also lose up to 2^-14
+ * in its scaled units (a flushed value): 2^(xe - 28) of a row's value and
+ * 2^(ce - 27) of -2 c_jc.  By Cauchy-Schwarz on those absolute parts,
+ *		|dot error| <= 2 (2u + u^2) |x| |c| + (1 + u) 2^-14 sqrt(dp)
+ *						 (2 |c| 2^(xe - 14) + |x| 2^(ce - 13)) + dp 2^-28 / S
+ * and a float32 sum flushed in scaled units loses 2^-126 / S.  The bound is
+ * km_screen_bound's with those terms added, the same factor 2.5 and the
+ * float32 filter's slack on top.  +infinity where the scales are out of
+ * range (S, or cn_j S, past the float range): the row is settled exactly.
+ */
+KM_HD int
+km_screen16_exp(float v)
+{
+	int			e = 0;
+
+	(void) frexpf(v, &e);		/* v < 2^e; 0 for v = 0 */
+	return e < -100 ? -100 : e;
+}
+
+/* log2 of S: the screen's values are the float32 filter's times 2^this. */
+KM_HD int
+km_screen16_sexp(int xe, int ce)
+{
+	return 27 - xe - ce;
+}
+
+/* The scales are representable: S within 2^+-100, cn_j S < 2^(27 + ce - xe) below 2^117. */
+KM_HD int
+km_screen16_ok(int xe, int ce)
+{
+	const int	se = km_screen16_sexp(xe, ce);
+
+	return se >= -100 && se <= 100 && ce - xe < 90 && xe <= 128 && ce <= 128;
+}
+
+KM_HD float
+km_screen16_slack(int d, int dp, float xnorm, float cmax, int xe, int ce)
+{
+	const float u = 0x1p-11f;
+	float		e;
+
+	if (!(xnorm + cmax < 0x1p60f) || !km_screen16_ok(xe, ce))
+		return INFINITY;
+	e = km_screen_bound(dp, xnorm, cmax) +
+		(1.0f + u) * 0x1p-14f * sqrtf((float) dp) *
+		(2.0f * cmax * ldexpf(1.0f, xe - 14) + xnorm * ldexpf(1.0f, ce - 13)) +
+		(float) dp * (0x1p-28f + 0x1p-124f) * ldexpf(1.0f, -km_screen16_sexp(xe, ce));
 	return 2.5f * e + km_filter_slack(d, xnorm, cmax);
 }
 
