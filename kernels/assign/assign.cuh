@@ -13,7 +13,8 @@
  *	  larger k, a GEMM fused with a per-row top-2;
  *	- screen.cu: the same filter on tensor cores (float16 or TF32), listing
  *	  per row the few centroids its rounding leaves in the running, and the
- *	  exact settling of those;
+ *	  exact settling of those; bounds.cu: in a fit's iterations, the rows
+ *	  whose label may change, the only ones the screen then decides;
  *	- exact.cu: the slack test on the filter's top-2, the exact settling of
  *	  the rows it cannot decide, and the exact cost of every row.
  */
@@ -108,6 +109,16 @@ kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);
 size_t		kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k);
 size_t		kmg_direct_acc_bytes(int dp, int k);
+
+/* A pass of the screen that decides only the rows a->brow lists, and keeps their bounds. */
+static inline __host__ __device__ int
+kmg_screen_bounds(const kmg_args &a, int mode)
+{
+	return a.bounded && mode == KMG_MODE_ITER;
+}
+
+/* ---- bounds.cu ---- */
+cudaError_t kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream);
 
 /* ---- screen.cu ---- */
 cudaError_t kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream);

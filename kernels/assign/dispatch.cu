@@ -371,6 +371,8 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 			 (e = cudaMemsetAsync(&a->ctl->ncand, 0, sizeof(int), stream)) != cudaSuccess) ||
 			(e = km_filter_prepare(plan->ftile, a->Cf, a->cn, a->k, a->kp, a->dp, filter_work,
 								   stream)) != cudaSuccess ||
+			(kmg_screen_bounds(*a, mode) &&
+			 (e = kmg_bounds_list(a, plan->sms, stream)) != cudaSuccess) ||
 			(e = kmg_screen(a, mode, plan->sms, stream)) != cudaSuccess)
 			return e;
 		return kmg_exact_refine(a, plan, mode, stream);

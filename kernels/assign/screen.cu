@@ -42,17 +42,20 @@
  *	  that each ldmatrix.x4 (four fragments of an m-tile, or of two n-tiles)
  *	  is conflict-free; the byte layout, and so every ldmatrix address, is
  *	  the same in both formats;
- *	- a tile's first MMAs take cn_j (+inf past k) as their addend, so the
+ *	- the operand is laid out in the order the walk reads it (slices of 128
+ *	  centroids x 64 bytes), and so are the float16 rows (blocks of 128 rows
+ *	  x 64 bytes), so each thread's copies advance one pointer; a tile's
+ *	  S cn_j travel with its first slice;
+ *	- a tile's first MMAs take S cn_j (+inf past k) as their addend, so the
  *	  accumulators need no copy of it and end the tile as s_ij; the tile's
- *	  epilogue lowers each row's running best (shared memory, the least
- *	  over the row's 8 threads), appends to the row's list every value
- *	  within the slack of it (shared-memory atomics, rare), and has the
- *	  row's thread drop the entries the lower best has put out of the
- *	  running: every threshold is at least the final T, so no candidate is
- *	  missed, and the list stays short (a row whose list overflows is
- *	  settled fully);
- *	- after the last tile, the list is the candidates: the label or the
- *	  listing.
+ *	  epilogue has no barrier: each warp lowers, in registers, the running
+ *	  best of its rows over its half of the columns (the least of the row's
+ *	  4 threads) and appends to the row's list for that half every value
+ *	  within the slack of it (shared-memory atomics, rare).  Every such
+ *	  threshold is at least the final T, so no candidate is missed (a row
+ *	  whose list overflows is settled fully);
+ *	- after the last tile, the row's thread keeps the entries of both
+ *	  halves within the final T: the label or the listing.
  * Lists are filled in an order that varies from run to run; the labels do
  * not depend on it.
  */
@@ -73,11 +76,12 @@ constexpr int SSLICE = 64;		/* bytes of a row a k-slice: 16 TF32 or 32 float16 c
 constexpr int SSTAGES = 4;		/* cp.async ring */
 constexpr int SNT = 128;		/* 4 warps, 2 x 2, each 64 rows x 64 centroids */
 constexpr int SAP = SSLICE / 4 + 4;	/* padded row of a slice in floats: ldmatrix rows 80 bytes apart, no conflicts */
-constexpr int SMC = 16;			/* candidates a row lists in shared memory */
+constexpr int SMC = 12;			/* candidates a row lists in shared memory, per warp of its columns */
+constexpr int SLICE_BYTES = SBN * SSLICE;	/* a k-slice of 128 rows (or centroids) in global memory */
 constexpr int SA_FL = SBM * SAP;
 constexpr int SB_FL = SBN * SAP;
-constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL) * sizeof(float) +
-	(size_t) SBM * SMC * (sizeof(float) + sizeof(int)) + (size_t) 4 * SBM * sizeof(int);
+constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL + SBN) * sizeof(float) +
+	(size_t) 2 * SBM * SMC * (sizeof(float) + sizeof(int)) + (size_t) 8 * SBM * sizeof(int);
 
 static_assert(SNT == SBM, "one thread a row at the end");
 static_assert(KMG_SCREEN_CANDS <= SMC && KMG_SCREEN_CANDS == 8, "the certify kernel's lanes");
@@ -97,14 +101,12 @@ struct kmg_sfmt<true>
 	static constexpr int PER16 = 8;
 };
 
-/* *p = min(*p, v) for floats in shared memory (their bits ordered as integers; v not NaN). */
+/* cp.async of 16 bytes (src_bytes 16, or 0: zeros) to a shared address. */
 __device__ __forceinline__ void
-kmg_atomic_min_float(float *p, float v)
+kmg_cp16s(unsigned smem, const void *gmem, int src_bytes)
 {
-	if (v >= 0.0f)
-		atomicMin((int *) p, __float_as_int(v));
-	else
-		atomicMax((unsigned int *) p, __float_as_uint(v));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				 ::"r"(smem), "l"(gmem), "r"(src_bytes):"memory");
 }
 
 __device__ __forceinline__ uint32_t
@@ -125,12 +127,13 @@ kmg_h16(float v)
 	return fabsf(__half2float(h)) < 0x1p-14f ? (unsigned short) 0 : __half_as_ushort(h);
 }
 
-/* Four 8 x 8 matrices of 16-bit values in shared memory (lane l gives row l % 8 of matrix l / 8). */
+/*
+ * Four 8 x 8 matrices of 16-bit values at shared address a (lane l gives
+ * row l % 8 of matrix l / 8).
+ */
 __device__ __forceinline__ void
-kmg_ldsm4(uint32_t *r, const float *p)
+kmg_ldsm4(uint32_t *r, unsigned a)
 {
-	const unsigned a = (unsigned) __cvta_generic_to_shared(p);
-
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 				 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
@@ -205,8 +208,7 @@ kmg_row_screen_slack(const kmg_args &a, float xn, float cmax, int all_exact, int
  */
 template <bool H, bool FIRST>
 __device__ __forceinline__ void
-kmg_screen_slice(float (&acc)[4][8][4], const float *cA, const float *cB,
-				 const float (&cinit)[8][2])
+kmg_screen_slice(float (&acc)[4][8][4], unsigned cA, unsigned cB, const float (&cinit)[8][2])
 {
 	uint32_t	af[2][4][4],
 				bf[2][8][2];
@@ -216,13 +218,13 @@ kmg_screen_slice(float (&acc)[4][8][4], const float *cA, const float *cB,
 	{
 #pragma unroll
 		for (int mt = 0; mt < 4; mt++)
-			kmg_ldsm4(af[k2][mt], cA + mt * 16 * SAP + 8 * k2);
+			kmg_ldsm4(af[k2][mt], cA + (mt * 16 * SAP + 8 * k2) * 4);
 #pragma unroll
 		for (int np = 0; np < 4; np++)
 		{
 			uint32_t	r[4];
 
-			kmg_ldsm4(r, cB + np * 16 * SAP + 8 * k2);
+			kmg_ldsm4(r, cB + (np * 16 * SAP + 8 * k2) * 4);
 			bf[k2][2 * np][0] = r[0];
 			bf[k2][2 * np][1] = r[1];
 			bf[k2][2 * np + 1][0] = r[2];
@@ -258,10 +260,44 @@ kmg_screen_slice(float (&acc)[4][8][4], const float *cA, const float *cB,
 }								/* namespace */
 
 /*
- * The screen (file header).  Grid: one block per 128 rows; 128 threads;
- * SSMEM bytes of dynamic shared memory.
+ * A row's bounds from the screen (bounds.cu): an upper bound on its
+ * distance to the centroid of value v1 and a lower bound on its distance to
+ * every centroid of value at least v2, from the screen's values (times
+ * 1 / S: sinv), the slack in the same units and xn = |x| as kept (float,
+ * within 2^-22 of |x|).  Each value is within half the slack of |c|^2 -
+ * 2 x.c, so cost <= v1 + |x|^2 + slack / 2 and cost >= v2 + |x|^2 -
+ * slack / 2; the sums are done in double with 2^-20 of their terms added
+ * for |x|^2 and the rounding, then rounded outwards.
  */
-template <bool H>
+__device__ __forceinline__ float
+kmg_screen_ub(float v1, float slack, float xn, double sinv)
+{
+	const double v = (double) v1 * sinv,
+				xx = (double) xn * xn;
+	const double c = v + xx + 0.5 * (double) slack * sinv + 0x1p-20 * (fabs(v) + xx);
+
+	return __double2float_ru(sqrt(fmax(c, 0.0)) * (1.0 + 0x1p-30));
+}
+
+__device__ __forceinline__ float
+kmg_screen_lb(float v2, float slack, float xn, double sinv)
+{
+	const double v = (double) v2 * sinv,
+				xx = (double) xn * xn;
+	const double c = v + xx - 0.5 * (double) slack * sinv - 0x1p-20 * (fabs(v) + xx);
+
+	return !(c > 0.0) ? 0.0f : __double2float_rd(sqrt(c) * (1.0 - 0x1p-30));
+}
+
+/*
+ * The screen (file header).  B false: block b screens rows 128 b on, one
+ * block per 128 rows.  B true (a Lloyd iteration with bounds, bounds.cu):
+ * the blocks walk the rows listed on a->brow, 128 at a time, and each
+ * listed row also gets its bounds (a->ub, a->lb), for which the epilogue
+ * keeps each row's second least value too.  128 threads; SSMEM bytes of
+ * dynamic shared memory.
+ */
+template <bool H, bool B>
 __global__ void __launch_bounds__(SNT, 2)
 kmg_screen_kernel(kmg_args a, int mode)
 {
@@ -272,12 +308,14 @@ kmg_screen_kernel(kmg_args a, int mode)
 	extern __shared__ __align__(16) unsigned char kmg_ssmem[];
 	float	   *sA = (float *) kmg_ssmem;
 	float	   *sB = sA + SSTAGES * SA_FL;
-	float	   *sval = sB + SSTAGES * SB_FL;
-	int		   *sid = (int *) (sval + SBM * SMC);
-	int		   *scnt = sid + SBM * SMC;	/* a row's listed candidates */
-	int		   *sover = scnt + SBM;	/* a candidate found no room: settle fully */
-	float	   *sbest = (float *) (sover + SBM);	/* the row's running best */
-	float	   *sslack = sbest + SBM;	/* the row's slack */
+	float	   *scn = sB + SSTAGES * SB_FL;	/* the tile's S cn_j, in its first slice's stage */
+	float	   *sval = scn + SSTAGES * SBN;	/* [warp column half][row][SMC] */
+	int		   *sid = (int *) (sval + 2 * SBM * SMC);
+	int		   *scnt = sid + 2 * SBM * SMC;	/* [half][row]: listed candidates */
+	int		   *sover = scnt + 2 * SBM;	/* a candidate found no room: settle fully */
+	float	   *swbest = (float *) (sover + SBM);	/* [half][row]: the half's best, at the end */
+	float	   *sslack = swbest + 2 * SBM;	/* the row's slack */
+	float	   *swsecond = sslack + SBM;	/* B: [half][row]: the half's second least value */
 
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
@@ -286,15 +324,13 @@ kmg_screen_kernel(kmg_args a, int mode)
 				wn = warp & 1;
 	const int	g = lane >> 2,
 				t4 = lane & 3;
-	const int64_t row0 = (int64_t) blockIdx.x * SBM;
 	const int64_t n = a.n;
 	const int	dp = a.dp;
 	const int	ks = (dp + SBK - 1) / SBK;
 	const int	tiles = (a.kp + SBN - 1) / SBN;
 	const int	total = tiles * ks;
-	const T    *X = H ? (const T *) a.Xh : (const T *) a.X;
-	const T    *Bt = (const T *) a.sop;	/* tiles * SBN rows of dp: r(-2 c'), zeros past k */
-	const float *Cnt = (const float *) (Bt + (size_t) tiles * SBN * dp);
+	const char *Bt = (const char *) a.sop;	/* kmg_screen_work_bytes: slices, then cn S */
+	const char *Cnt = Bt + (size_t) total * SLICE_BYTES;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
@@ -302,244 +338,369 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const float cmax = a.ctl->cmax;
 	const int	all_exact = a.ctl->all_exact;
 	const int	ce = H ? kmg_screen16_ce(a) : 0;
-
-	scnt[tid] = 0;
-	sover[tid] = 0;
-	sbest[tid] = INFINITY;
-	sslack[tid] = row0 + tid < n ?
-		kmg_row_screen_slack<H>(a, a.xnorm[row0 + tid], cmax, all_exact, ce) : 0.0f;
-
-	/*
-	 * The copies of this thread: 16 bytes of rows lr + 32 u of each slice
-	 * (u < 4), of the rows and of the operand's tile; the walk's next slice
-	 * is (lt, lc0), advanced one slice per load.
-	 */
+	const int64_t nrows = B ? (int64_t) *(volatile int *) &a.bs->nlist : n;
+	const int64_t nblk = (nrows + SBM - 1) / SBM;
 	const int	lr = tid >> 2,
-				lcc = (tid & 3) * PER16;
-	const T    *xsrc[4];
-	int			xok[4];
-	int			lt = 0,
-				lc0 = 0;
+				lq = tid & 3;
+	const unsigned sAs = (unsigned) __cvta_generic_to_shared(sA) + (lr * SAP + lq * 4) * 4;
+	const unsigned sBs = (unsigned) __cvta_generic_to_shared(sB) + (lr * SAP + lq * 4) * 4;
+	const unsigned sCs = (unsigned) __cvta_generic_to_shared(scn) + tid * 16;
+	const char *bsrc = Bt + lr * SSLICE + lq * 16;
 
-#pragma unroll
-	for (int u = 0; u < 4; u++)
+	/* ldmatrix rows of this lane (kmg_screen_slice), as shared addresses */
+	const int	mi = lane >> 3,
+				mr = lane & 7;
+	const unsigned fA = (unsigned) __cvta_generic_to_shared(sA) +
+		((wm * 64 + mr + (mi & 1) * 8) * SAP + (mi >> 1) * 4) * 4;
+	const unsigned fB = (unsigned) __cvta_generic_to_shared(sB) +
+		((wn * 64 + mr + (mi >> 1) * 8) * SAP + (mi & 1) * 4) * 4;
+
+	for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x)
 	{
-		const int64_t i = row0 + lr + 32 * u;
+		const int64_t e0 = blk * SBM;	/* the block's first row, or list entry */
 
-		xok[u] = i < n;
-		xsrc[u] = X + (xok[u] ? i : 0) * dp + lcc;
-	}
+		scnt[tid] = 0;
+		scnt[SBM + tid] = 0;
+		sover[tid] = 0;
+		{
+			const int64_t e = e0 + tid;
 
-	auto load = [&] (int stage)
-	{
-		float	   *dA = sA + stage * SA_FL + lr * SAP + (tid & 3) * 4;
-		float	   *dB = sB + stage * SB_FL + lr * SAP + (tid & 3) * 4;
-		const int	cok = lc0 + lcc < dp;
-		const T    *bsrc = Bt + ((size_t) lt * SBN + lr) * dp + lc0 + lcc;
+			sslack[tid] = e < nrows ?
+				kmg_row_screen_slack<H>(a, a.xnorm[B ? (int64_t) a.brow[e] : e], cmax, all_exact, ce)
+				: 0.0f;
+		}
+
+		/*
+		 * The copies of this thread: 16 bytes of rows lr + 32 u of each
+		 * slice (u < 4), of the rows and of the operand.  Operand slice q
+		 * (of the walk over tiles and their slices) is the q-th SLICE_BYTES
+		 * of Bt.  Rows: float16, slice s of a row of kmg_screen_rows16's
+		 * block b is SLICE_BYTES (b ks + s) on, so the B false walk
+		 * advances one pointer; TF32, row-major floats.  Rows past the end
+		 * and columns past dp are zeros.
+		 */
+		const char *xsrc[4];
+		unsigned	xok = 0;	/* bit u: row lr + 32 u exists */
 
 #pragma unroll
 		for (int u = 0; u < 4; u++)
 		{
-			const int	ok = cok && xok[u];
+			const int64_t e = e0 + lr + 32 * u;
+			const int	ok = e < nrows;
+			/* float16 blocks are whole (zeros past n): the block's own */
+			const int64_t i = B ? (ok ? (int64_t) a.brow[e] : 0) : (ok || H ? e : 0);
 
-			kmg_cp16_zfill(dA + 32 * u * SAP, ok ? (const void *) (xsrc[u] + lc0) : (const void *) X,
-						   ok ? 16 : 0);
-			kmg_cp16_zfill(dB + 32 * u * SAP, cok ? (const void *) (bsrc + (size_t) 32 * u * dp)
-						   : (const void *) Bt, cok ? 16 : 0);
-		}
-		lc0 += SBK;
-		if (lc0 >= dp)
-		{
-			lc0 = 0;
-			lt++;
-		}
-	};
-
-#pragma unroll
-	for (int p = 0; p < SSTAGES - 1; p++)
-	{
-		if (p < total)
-			load(p);
-		kmg_cp16_commit();
-	}
-
-	float		acc[4][8][4];
-	int			q = 0;
-
-	/* ldmatrix rows of this lane (kmg_screen_slice) */
-	const int	mi = lane >> 3,
-				mr = lane & 7;
-	const int	offA = (wm * 64 + mr + (mi & 1) * 8) * SAP + (mi >> 1) * 4;
-	const int	offB = (wn * 64 + mr + (mi >> 1) * 8) * SAP + (mi & 1) * 4;
-
-	for (int t = 0; t < tiles; t++)
-	{
-		/* the tile's addends cn_j: the columns 2 t4, 2 t4 + 1 of each n-tile */
-		float		cinit[8][2];
-
-#pragma unroll
-		for (int nt = 0; nt < 8; nt++)
-		{
-			const int	j = t * SBN + wn * 64 + nt * 8 + 2 * t4;
-
-			cinit[nt][0] = Cnt[j];
-			cinit[nt][1] = Cnt[j + 1];
-		}
-		for (int s = 0; s < ks; s++, q++)
-		{
-			kmg_cp16_wait<SSTAGES - 2>();
-			__syncthreads();
-			if (q + SSTAGES - 1 < total)
-				load((q + SSTAGES - 1) % SSTAGES);
-			kmg_cp16_commit();
-
-			const float *cA = sA + (q % SSTAGES) * SA_FL + offA;
-			const float *cB = sB + (q % SSTAGES) * SB_FL + offB;
-
-			if (s == 0)
-				kmg_screen_slice<H, true>(acc, cA, cB, cinit);
+			xok |= (unsigned) ok << u;
+			if (H)
+				xsrc[u] = (const char *) a.Xh + (size_t) ((i / SBM) * ks) * SLICE_BYTES +
+					(i % SBM) * SSLICE + lq * 16;
 			else
-				kmg_screen_slice<H, false>(acc, cA, cB, cinit);
+				xsrc[u] = (const char *) (a.X + i * dp + lq * PER16);
+			if (H && !B)
+				break;			/* the block's rows: one pointer */
 		}
 
 		/*
-		 * The tile's epilogue.  First the row's running best (the least
-		 * of its 8 threads' values so far); then every value within the
-		 * slack of it joins the row's list; then the row's thread drops
-		 * the entries that the better best has put out of the running.
-		 * The best only falls, so the final list holds every value within
-		 * the slack of the final best.
+		 * The copies of walk slice q (slice s of tile t) into stage
+		 * q % SSTAGES; with a tile's first slice, its 128 values S cn_j
+		 * (warp 0).
 		 */
-		float		mrow[4][2];
-
-#pragma unroll
-		for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-			for (int h = 0; h < 2; h++)
-			{
-				float		m = INFINITY;
-
-#pragma unroll
-				for (int nt = 0; nt < 8; nt++)
-					m = fminf(m, fminf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
-				mrow[mt][h] = m;
-				m = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-				m = fminf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-				if (t4 == 0 && !isnan(m))
-					kmg_atomic_min_float(&sbest[wm * 64 + mt * 16 + h * 8 + g], m);
-			}
-		__syncthreads();
-#pragma unroll
-		for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-			for (int h = 0; h < 2; h++)
-			{
-				const int	r = wm * 64 + mt * 16 + h * 8 + g;
-				const float thr = sbest[r] + sslack[r];
-
-				/* the thread's values of this row all lie past it: nothing to list */
-				if (!(mrow[mt][h] <= thr))
-					continue;
-#pragma unroll
-				for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-					for (int e = 0; e < 2; e++)
-						if (acc[mt][nt][2 * h + e] <= thr)
-						{
-							const int	slot = atomicAdd(&scnt[r], 1);
-
-							if (slot < SMC)
-							{
-								sval[r * SMC + slot] = acc[mt][nt][2 * h + e];
-								sid[r * SMC + slot] = t * SBN + wn * 64 + nt * 8 + 2 * t4 + e;
-							}
-							else
-								sover[r] = 1;
-						}
-			}
-		__syncthreads();
+		auto load = [&] (int q, int s, int t)
 		{
-			const float thr = sbest[tid] + sslack[tid];
-			const int	c = min(scnt[tid], SMC);
-			int			w = 0;
+			const unsigned st = (unsigned) (q % SSTAGES);
+			const char *bq = bsrc + (size_t) q * SLICE_BYTES;
 
-			for (int s = 0; s < c; s++)
+			if (s == 0 && tid < SBN / 4)
+				kmg_cp16s(sCs + st * SBN * 4, Cnt + ((size_t) t * SBN + tid * 4) * sizeof(float), 16);
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				kmg_cp16s(sBs + (st * SB_FL + 32 * u * SAP) * 4, bq + u * 32 * SSLICE, 16);
+			if (H && !B)
 			{
-				const float v = sval[tid * SMC + s];
+				const char *xq = xsrc[0] + (size_t) s * SLICE_BYTES;
 
-				if (v <= thr)
-				{
-					sid[tid * SMC + w] = sid[tid * SMC + s];
-					sval[tid * SMC + w++] = v;
-				}
-			}
-			scnt[tid] = w;
-		}
-	}
-	kmg_cp16_wait<0>();
-	__syncthreads();
-
-	/* one thread a row: the label, the candidates' listing, or the full settling */
-	int			moved = 0;
-	const int64_t i = row0 + tid;
-
-	if (i < n)
-	{
-		const float best = sbest[tid];
-		const float thr = best + sslack[tid];
-		const int	cnt = scnt[tid];
-		int			full = sover[tid] || !(cnt >= 1 && cnt <= SMC) || !isfinite(thr);
-		int			nc = 0,
-					label = -1;
-
-		if (!full)
-		{
-			for (int s = 0; s < cnt; s++)
-				if (sval[tid * SMC + s] <= thr)
-				{
-					nc++;
-					label = sid[tid * SMC + s];
-				}
-			if (nc < 1 || nc > KMG_SCREEN_CANDS)
-				full = 1;
-		}
-		a.fbest[i] = H ? ldexpf(best, -km_screen16_sexp(a.xexp, ce)) : best;
-		if (!full && nc > 1)
-		{
-			const int	pos = atomicAdd(&a.ctl->ncand, 1);
-
-			label = -1;
-			if (pos < a.ccap)
-			{
-				int			w = 0;
-
-				a.crow[pos] = (int32_t) i;
-				for (int s = 0; s < cnt; s++)
-					if (sval[tid * SMC + s] <= thr)
-						a.cids[(size_t) pos * KMG_SCREEN_CANDS + w++] = sid[tid * SMC + s];
-				for (; w < KMG_SCREEN_CANDS; w++)
-					a.cids[(size_t) pos * KMG_SCREEN_CANDS + w] = -1;
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					kmg_cp16s(sAs + (st * SA_FL + 32 * u * SAP) * 4, xq + u * 32 * SSLICE, 16);
 			}
 			else
-				full = 1;
-		}
-		if (full)
-			a.amb[atomicAdd(&a.ctl->namb, 1)] = (int32_t) i;
-		else if (label >= 0)
+			{
+				const int	col = s * SBK + lq * PER16;
+
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+				{
+					const int	ok = (xok >> u & 1) && (H || col < dp);
+
+					kmg_cp16s(sAs + (st * SA_FL + 32 * u * SAP) * 4,
+							  ok ? xsrc[u] + (size_t) s * (H ? SLICE_BYTES : SSLICE) : xsrc[0],
+							  ok ? 16 : 0);
+				}
+			}
+		};
+
+		/* the walk's next copy: slice q is slice ls of tile lt */
+		int			lq_next = 0,
+					ls_next = 0,
+					lt_next = 0;
+		auto load_next = [&] ()
 		{
-			if (mode == KMG_MODE_ITER && a.labels[i] != label)
-				moved++;
-			a.labels[i] = label;
+			if (lq_next < total)
+			{
+				load(lq_next, ls_next, lt_next);
+				lq_next++;
+				if (++ls_next == ks)
+				{
+					ls_next = 0;
+					lt_next++;
+				}
+			}
+			kmg_cp16_commit();
+		};
+
+#pragma unroll
+		for (int p = 0; p < SSTAGES - 1; p++)
+			load_next();
+
+		float		acc[4][8][4];
+		int			q = 0;
+
+		/*
+		 * The running best of each of this thread's rows over this warp's
+		 * columns; B: and the second least value (with repeats: two equal
+		 * least values make it that value).
+		 */
+		float		rbest[4][2],
+					rsecond[4][2];
+
+#pragma unroll
+		for (int mt = 0; mt < 4; mt++)
+			rbest[mt][0] = rbest[mt][1] = rsecond[mt][0] = rsecond[mt][1] = INFINITY;
+
+		for (int t = 0; t < tiles; t++)
+		{
+			for (int s = 0; s < ks; s++, q++)
+			{
+				kmg_cp16_wait<SSTAGES - 2>();
+				__syncthreads();
+				load_next();
+
+				const unsigned so = (unsigned) (q % SSTAGES);
+				const unsigned cA = fA + so * SA_FL * 4;
+				const unsigned cB = fB + so * SB_FL * 4;
+
+				if (s == 0)
+				{
+					/* the tile's addends cn_j: the columns 2 t4, 2 t4 + 1 of each n-tile */
+					float		cinit[8][2];
+
+#pragma unroll
+					for (int nt = 0; nt < 8; nt++)
+					{
+						const float2 c2 = *reinterpret_cast<const float2 *>(scn + so * SBN + wn * 64 +
+																			nt * 8 + 2 * t4);
+
+						cinit[nt][0] = c2.x;
+						cinit[nt][1] = c2.y;
+					}
+					kmg_screen_slice<H, true>(acc, cA, cB, cinit);
+				}
+				else
+				{
+					const float cz[8][2] = {};
+
+					kmg_screen_slice<H, false>(acc, cA, cB, cz);
+				}
+			}
+
+			/*
+			 * The tile's epilogue, without a barrier: each warp keeps, for
+			 * its 64 rows, the running best over its half of the columns
+			 * (rbest, the least of the row's 4 threads' values so far) and
+			 * lists every value within the slack of it in the row's list
+			 * of this half.  rbest only falls and is never below the row's
+			 * final best, so the two lists hold every value within the
+			 * slack of the final best (and maybe some past it, dropped at
+			 * the end).
+			 */
+#pragma unroll
+			for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+				{
+					const int	r = wm * 64 + mt * 16 + h * 8 + g;
+					float		m = INFINITY,
+								m2 = INFINITY,
+								mw;
+
+					if (B)
+					{
+						/* the thread's least two, then the row's over its 4 threads */
+#pragma unroll
+						for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+							for (int e = 0; e < 2; e++)
+							{
+								const float v = acc[mt][nt][2 * h + e];
+
+								m2 = fminf(m2, fmaxf(m, v));
+								m = fminf(m, v);
+							}
+						mw = m;
+#pragma unroll
+						for (int o = 1; o <= 2; o <<= 1)
+						{
+							const float om = __shfl_xor_sync(0xffffffffu, mw, o);
+							const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
+
+							m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
+							mw = fminf(mw, om);
+						}
+						rsecond[mt][h] = fminf(fminf(rsecond[mt][h], m2), fmaxf(rbest[mt][h], mw));
+					}
+					else
+					{
+#pragma unroll
+						for (int nt = 0; nt < 8; nt++)
+							m = fminf(m, fminf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
+						mw = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+						mw = fminf(mw, __shfl_xor_sync(0xffffffffu, mw, 2));
+					}
+					rbest[mt][h] = fminf(rbest[mt][h], mw);
+
+					const float thr = rbest[mt][h] + sslack[r];
+
+					/* the thread's values of this row all lie past it: nothing to list */
+					if (!(m <= thr))
+						continue;
+#pragma unroll
+					for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+						for (int e = 0; e < 2; e++)
+							if (acc[mt][nt][2 * h + e] <= thr)
+							{
+								const int	l = wn * SBM + r;
+								const int	slot = atomicAdd(&scnt[l], 1);
+
+								if (slot < SMC)
+								{
+									sval[l * SMC + slot] = acc[mt][nt][2 * h + e];
+									sid[l * SMC + slot] = t * SBN + wn * 64 + nt * 8 + 2 * t4 + e;
+								}
+								else
+									sover[r] = 1;
+							}
+				}
 		}
+		if (t4 == 0)
+#pragma unroll
+			for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+				{
+					const int	r = wn * SBM + wm * 64 + mt * 16 + h * 8 + g;
+
+					swbest[r] = rbest[mt][h];
+					if (B)
+						swsecond[r] = rsecond[mt][h];
+				}
+		kmg_cp16_wait<0>();
+		__syncthreads();
+
+		/* one thread a row: the label, the candidates' listing, or the full settling */
+		int			moved = 0;
+
+		if (e0 + tid < nrows)
+		{
+			const int64_t i = B ? (int64_t) a.brow[e0 + tid] : e0 + tid;
+			const float best = fminf(swbest[tid], swbest[SBM + tid]);
+			const float thr = best + sslack[tid];
+			const double sinv = H ? ldexp(1.0, -km_screen16_sexp(a.xexp, ce)) : 1.0;
+			int			full = sover[tid] || !isfinite(thr);
+			int			nc = 0,
+						label = -1;
+
+			if (!full)
+			{
+				for (int w = 0; w < 2; w++)
+					for (int s = 0; s < scnt[w * SBM + tid]; s++)
+						if (sval[(w * SBM + tid) * SMC + s] <= thr)
+						{
+							nc++;
+							label = sid[(w * SBM + tid) * SMC + s];
+						}
+				if (nc < 1 || nc > KMG_SCREEN_CANDS)
+					full = 1;
+			}
+			a.fbest[i] = H ? ldexpf(best, -km_screen16_sexp(a.xexp, ce)) : best;
+			if (!full && nc > 1)
+			{
+				const int	pos = atomicAdd(&a.ctl->ncand, 1);
+
+				label = -1;
+				if (pos < a.ccap)
+				{
+					int			w = 0;
+
+					a.crow[pos] = (int32_t) i;
+					for (int h = 0; h < 2; h++)
+						for (int s = 0; s < scnt[h * SBM + tid]; s++)
+							if (sval[(h * SBM + tid) * SMC + s] <= thr)
+								a.cids[(size_t) pos * KMG_SCREEN_CANDS + w++] =
+									sid[(h * SBM + tid) * SMC + s];
+					for (; w < KMG_SCREEN_CANDS; w++)
+						a.cids[(size_t) pos * KMG_SCREEN_CANDS + w] = -1;
+					/*
+					 * the others' values lie past thr: the certify kernel
+					 * tightens this with the candidates' exact costs
+					 */
+					if (B)
+						a.lb[i] = kmg_screen_lb(thr, sslack[tid], a.xnorm[i], sinv);
+				}
+				else
+					full = 1;
+			}
+			if (full)
+			{
+				a.amb[atomicAdd(&a.ctl->namb, 1)] = (int32_t) i;
+				if (B)
+				{
+					/* no bounds: screened again next iteration */
+					a.ub[i] = INFINITY;
+					a.lb[i] = 0.0f;
+				}
+			}
+			else if (label >= 0)
+			{
+				if (mode == KMG_MODE_ITER && a.labels[i] != label)
+					moved++;
+				a.labels[i] = label;
+				if (B)
+				{
+					/*
+					 * one candidate, the best: every other value is at least
+					 * the row's second least
+					 */
+					const float second = fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
+											   fmaxf(swbest[tid], swbest[SBM + tid]));
+
+					a.ub[i] = kmg_screen_ub(best, sslack[tid], a.xnorm[i], sinv);
+					a.lb[i] = kmg_screen_lb(second, sslack[tid], a.xnorm[i], sinv);
+				}
+			}
+		}
+		if (mode == KMG_MODE_ITER)
+			kmg_block_add_int(moved, &a.ctl->moved);
+		__syncthreads();		/* the next block of rows reuses the shared memory */
 	}
-	if (mode == KMG_MODE_ITER)
-		kmg_block_add_int(moved, &a.ctl->moved);
 }
 
 /*
  * The listed rows, four a warp: lane l of a row's eight computes the exact
  * cost of candidate l, and the eight take the least, ties to the lowest
- * index (kmg_warp_argmin over groups of 8 lanes).
+ * index (kmg_warp_argmin over groups of 8 lanes).  With bounds, the row's
+ * upper bound is its least exact cost's distance, and its lower bound (the
+ * screen's, for the centroids not listed) falls to the second least's.
  */
 __global__ void __launch_bounds__(256)
 kmg_screen_certify_kernel(kmg_args a, int mode)
@@ -553,13 +714,16 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 	const int	sub = (threadIdx.x & 31) >> 3;
 	const int	l8 = threadIdx.x & 7;
 	const int	q4 = a.dp / 4;
+	const int	bounds = kmg_screen_bounds(a, mode);
 	int			moved = 0;
 
 	for (int base = gw * 4; base < nlisted; base += nw * 4)
 	{
 		const int	e = base + sub;
-		double		c = INFINITY;
-		int			j = INT_MAX;
+		double		c = INFINITY,
+					c0;
+		int			j = INT_MAX,
+					j0;
 		int64_t		i = -1;
 
 		if (e < nlisted)
@@ -575,7 +739,24 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 				j = cj;
 			}
 		}
+		c0 = c;
+		j0 = j;
 		kmg_warp_argmin<8>(c, j);
+		if (bounds)
+		{
+			/* the second least exact cost: the others' least */
+			double		c2 = j0 == j ? INFINITY : c0;
+
+#pragma unroll
+			for (int o = 4; o > 0; o >>= 1)
+				c2 = fmin(c2, __shfl_xor_sync(0xffffffffu, c2, o, 8));
+			if (i >= 0 && l8 == 0 && j != INT_MAX)
+			{
+				/* exact costs within (d + 2) 2^-53 of the true ones: 2^-30 covers them */
+				a.ub[i] = __double2float_ru(sqrt(c) * (1.0 + 0x1p-30));
+				a.lb[i] = fminf(a.lb[i], __double2float_rd(sqrt(c2) * (1.0 - 0x1p-30)));
+			}
+		}
 		if (i >= 0 && l8 == 0 && j != INT_MAX)
 		{
 			if (mode == KMG_MODE_ITER && a.labels[i] != j)
@@ -588,21 +769,27 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 }
 
 /*
- * The screen's centroid operand, once an iteration: for tiles * SBN rows j,
- * the operand r(-2 c'_jc) (zeros for j >= k: rows past the end of the last
- * tile), then S cn_j (+inf for j >= k).  Rounded here once, so the screen
- * converts at most the rows' values.  TF32 (H false): floats tf32(-2 c'),
- * S = 1; -2 is exact, so this is -2 tf32(c').  float16: h(-2 2^(13 - ce) c')
- * and S = 2^(27 - xe - ce) (km_screen16_slack; ce from the cmax of the
- * previous finalize, as the screen reads it).
+ * The screen's centroid operand, once an iteration, in the order the
+ * screen walks it: for each tile t of SBN centroids and each k-slice s of
+ * its columns, SBN rows of SSLICE bytes (slice t ks + s), each the
+ * operand r(-2 c'_jc) of centroid j = t SBN + row at columns s SBK on
+ * (zeros past k and dp); then S cn_j for the tiles' centroids (+inf past
+ * k).  Rounded here once, so the screen converts at most the rows' values.
+ * TF32 (H false): floats tf32(-2 c'), S = 1; -2 is exact, so this is
+ * -2 tf32(c').  float16: h(-2 2^(13 - ce) c') and S = 2^(27 - xe - ce)
+ * (km_screen16_slack; ce from the cmax of the previous finalize, as the
+ * screen reads it).
  */
 template <bool H>
 __global__ void
-kmg_screen_prepare_kernel(kmg_args a, int rows)
+kmg_screen_prepare_kernel(kmg_args a, int tiles)
 {
 	typedef typename kmg_sfmt<H>::T T;
+	constexpr int SBK = SSLICE / (int) sizeof(T);
+	const int	ks = (a.dp + SBK - 1) / SBK;
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
-	const int64_t nv = (int64_t) rows * a.dp;
+	const int64_t nv = (int64_t) tiles * ks * SBN * SBK;
+	const int	rows = tiles * SBN;
 	const float *__restrict__ Cf = a.Cf;
 	T		   *op = (T *) a.sop;
 	float	   *cns = (float *) (op + nv);
@@ -615,12 +802,20 @@ kmg_screen_prepare_kernel(kmg_args a, int rows)
 	{
 		if (e < nv)
 		{
-			const int64_t j = e / a.dp;
+			const int	c = (int) (e % SBK);
+			const int64_t rs = e / SBK;		/* (tile, slice, row) */
+			const int	r = (int) (rs % SBN);
+			const int64_t ts = rs / SBN;
+			const int	sl = (int) (ts % ks);
+			const int64_t j = (ts / ks) * SBN + r;
+			const int	col = sl * SBK + c;
+			const int	in = j < a.k && col < a.dp;
+			const float v = in ? Cf[j * a.dp + col] : 0.0f;
 
 			if (H)
-				op[e] = (T) (j < a.k ? kmg_h16(tau * Cf[e]) : 0);
+				op[e] = (T) (in ? kmg_h16(tau * v) : 0);
 			else
-				op[e] = j < a.k ? __uint_as_float(kmg_tf32(-2.0f * Cf[e])) : 0.0f;
+				op[e] = in ? __uint_as_float(kmg_tf32(-2.0f * v)) : 0.0f;
 		}
 		else
 		{
@@ -632,79 +827,94 @@ kmg_screen_prepare_kernel(kmg_args a, int rows)
 }
 
 /*
- * The float16 copy of the rows the screen reads (a->Xh), once a call:
- * h(2^(14 - xe) x), eight values a thread and step (dp is a multiple of 8).
+ * The float16 copy of the rows the screen reads (a->Xh), once a call, in
+ * the order the screen reads them: for each block of SBM rows and each
+ * k-slice s of 32 columns, SBM rows of SSLICE bytes: h(2^(14 - xe) x) of
+ * the row's columns 32 s on (zeros past n and dp).  Thread: 16 bytes.
  */
 __global__ void
-kmg_screen_rows16_kernel(const float *__restrict__ X, int64_t nvals, int xe,
+kmg_screen_rows16_kernel(const float *__restrict__ X, int64_t n, int dp, int xe,
 						 unsigned short *__restrict__ Xh)
 {
+	const int	ks = (dp + 31) / 32;
+	const int64_t chunks = (n + SBM - 1) / SBM * ks * SBM * (SSLICE / 16);
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const float sigma = ldexpf(1.0f, 14 - xe);
 
-	for (int64_t v = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; v < nvals / 8; v += stride)
+	for (int64_t v = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; v < chunks; v += stride)
 	{
-		const float4 p = reinterpret_cast<const float4 *>(X)[2 * v];
-		const float4 q = reinterpret_cast<const float4 *>(X)[2 * v + 1];
-		uint4		o;
+		const int	c8 = (int) (v & 3);
+		const int	r = (int) ((v >> 2) % SBM);
+		const int64_t bs = (v >> 2) / SBM;
+		const int64_t i = (bs / ks) * SBM + r;
+		const int	col = (int) (bs % ks) * 32 + c8 * 8;
+		uint4		o = make_uint4(0, 0, 0, 0);
 
-		o.x = kmg_h16(sigma * p.x) | ((uint32_t) kmg_h16(sigma * p.y) << 16);
-		o.y = kmg_h16(sigma * p.z) | ((uint32_t) kmg_h16(sigma * p.w) << 16);
-		o.z = kmg_h16(sigma * q.x) | ((uint32_t) kmg_h16(sigma * q.y) << 16);
-		o.w = kmg_h16(sigma * q.z) | ((uint32_t) kmg_h16(sigma * q.w) << 16);
+		if (i < n && col < dp)
+		{
+			const float4 p = *reinterpret_cast<const float4 *>(X + i * dp + col);
+			const float4 q = *reinterpret_cast<const float4 *>(X + i * dp + col + 4);
+
+			o.x = kmg_h16(sigma * p.x) | ((uint32_t) kmg_h16(sigma * p.y) << 16);
+			o.y = kmg_h16(sigma * p.z) | ((uint32_t) kmg_h16(sigma * p.w) << 16);
+			o.z = kmg_h16(sigma * q.x) | ((uint32_t) kmg_h16(sigma * q.y) << 16);
+			o.w = kmg_h16(sigma * q.z) | ((uint32_t) kmg_h16(sigma * q.w) << 16);
+		}
 		reinterpret_cast<uint4 *>(Xh)[v] = o;
 	}
 }
 
 /*
- * The float16 copy of n rows of dp floats into Xh (n x dp values of 2
- * bytes), scaled by 2^(14 - xe) for xe = km_screen16_exp(max |x_c|); the
- * caller then sets a->Xh and a->xexp.
+ * The float16 copy of n rows of dp floats into Xh (kmg_screen_rows16_bytes),
+ * scaled by 2^(14 - xe) for xe = km_screen16_exp(max |x_c|); the caller then
+ * sets a->Xh and a->xexp.
  */
 cudaError_t
 kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax, unsigned short *Xh, int *xexp,
 				  int sms, cudaStream_t stream)
 {
-	const int64_t nv = n * dp;
-	int64_t		blocks = (nv / 8 + 255) / 256;
+	int64_t		blocks = (int64_t) (kmg_screen_rows16_bytes(n, dp) / 16 + 255) / 256;
 
 	*xexp = km_screen16_exp(xabsmax);
-	if (nv == 0)
+	if (n == 0)
 		return cudaSuccess;
 	if (blocks > (int64_t) sms * 8)
 		blocks = (int64_t) sms * 8;
-	kmg_screen_rows16_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, nv, *xexp, Xh);
+	kmg_screen_rows16_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, n, dp, *xexp, Xh);
 	return cudaGetLastError();
 }
 
-/* Bytes of the row copy a float16 screen keeps for n rows of dp values. */
+/* Bytes of the row copy a float16 screen keeps for n rows of dp values (whole blocks and slices). */
 size_t
 kmg_screen_rows16_bytes(int64_t n, int dp)
 {
-	return (size_t) n * dp * sizeof(unsigned short);
+	return (size_t) ((n + SBM - 1) / SBM) * ((dp + 31) / 32) * SLICE_BYTES;
 }
 
-/* Bytes of the screen's centroid operand (a->sop) for k centroids of dp floats (either format). */
+/*
+ * Bytes of the screen's centroid operand (a->sop) for k centroids of dp
+ * values, either format (TF32's slices hold half the columns: its size).
+ */
 size_t
 kmg_screen_work_bytes(int k, int dp)
 {
-	const size_t rows = (size_t) KMG_ROUND_UP(k, SBN);
+	const size_t tiles = (size_t) (k + SBN - 1) / SBN;
 
-	return (rows * dp + rows) * sizeof(float);
+	return tiles * ((dp + 15) / 16) * SLICE_BYTES + tiles * SBN * sizeof(float);
 }
 
 /* Raise the screen kernel's shared memory to SSMEM, with the largest carveout (per device). */
-template <bool H>
+template <bool H, bool B>
 static cudaError_t
 kmg_screen_attributes(void)
 {
 	cudaError_t e;
 
-	e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H>,
+	e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H, B>,
 							 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) SSMEM);
 	/* two blocks an SM, whatever the driver would pick */
 	if (e == cudaSuccess)
-		e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H>,
+		e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H, B>,
 								 cudaFuncAttributePreferredSharedMemoryCarveout,
 								 cudaSharedmemCarveoutMaxShared);
 	return e;
@@ -726,25 +936,44 @@ kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 	if (a->n == 0)
 		return cudaSuccess;
 	{
-		const int	rows = KMG_ROUND_UP(a->k, SBN);
-		int64_t		pb = ((int64_t) rows * (a->dp + 1) + 255) / 256;
+		const int	tiles = (a->k + SBN - 1) / SBN;
+		int64_t		pb = ((int64_t) tiles * SBN * (a->dp + 16) + 255) / 256;
 
 		if (pb > (int64_t) sms * 4)
 			pb = (int64_t) sms * 4;
 		if (h)
-			kmg_screen_prepare_kernel<true><<<(unsigned) pb, 256, 0, stream>>>(*a, rows);
+			kmg_screen_prepare_kernel<true><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles);
 		else
-			kmg_screen_prepare_kernel<false><<<(unsigned) pb, 256, 0, stream>>>(*a, rows);
+			kmg_screen_prepare_kernel<false><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
 	}
-	/* per device: split fits run this on several */
-	if ((e = h ? kmg_screen_attributes<true>() : kmg_screen_attributes<false>()) != cudaSuccess)
-		return e;
-	if (h)
-		kmg_screen_kernel<true><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
+	/*
+	 * per device (split fits run this on several).  With bounds the rows
+	 * listed are known on the device only: blocks walk them, two an SM.
+	 */
+	if (kmg_screen_bounds(*a, mode))
+	{
+		const unsigned grid = (unsigned) (blocks < 2 * sms ? blocks : 2 * sms);
+
+		if ((e = h ? kmg_screen_attributes<true, true>() : kmg_screen_attributes<false, true>()) !=
+			cudaSuccess)
+			return e;
+		if (h)
+			kmg_screen_kernel<true, true><<<grid, SNT, SSMEM, stream>>>(*a, mode);
+		else
+			kmg_screen_kernel<false, true><<<grid, SNT, SSMEM, stream>>>(*a, mode);
+	}
 	else
-		kmg_screen_kernel<false><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
+	{
+		if ((e = h ? kmg_screen_attributes<true, false>() : kmg_screen_attributes<false, false>()) !=
+			cudaSuccess)
+			return e;
+		if (h)
+			kmg_screen_kernel<true, false><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
+		else
+			kmg_screen_kernel<false, false><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
+	}
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
 	kmg_screen_certify_kernel<<<(unsigned) sms * 4, 256, 0, stream>>>(*a, mode);

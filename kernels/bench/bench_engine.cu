@@ -3,7 +3,7 @@
  *	  The GPU engine end to end: validation against the plain C reference
  *	  (ref_kmeans.c) and per-iteration timing against cuBLAS SGEMM.
  *
- *	bin/bench_engine [--so PATH] [validate] [bench] [quick] [split] [splitbench] [screen]
+ *	bin/bench_engine [--so PATH] [validate] [bench] [quick] [split] [splitbench] [screen] [bounds]
  *
  * The engine is used exactly as the SQL layer will: dlopen() of
  * kmeans_gpu_cuda.so (bin/ by default), km_gpu_get_api(), and the table.
@@ -20,6 +20,8 @@
  *   against the CPU engine, bit for bit, on SPLIT_DEVICES (default "0") and
  *   the same list twice; then their refusals, cancellation and labels.
  * screen: the tensor-core screen on adversarial data (screen_checks).
+ * bounds: whole fits with and without the bounds that skip rows: the same
+ *   model, and the iterations' time (bounds_bench).
  * splitbench: their time per iteration against the in-memory one-device fit
  *   and the copy rate (see split_bench).
  * bench: per Lloyd iteration time = (T(max_iter = N2) - T(N1)) / (N2 - N1),
@@ -1594,6 +1596,155 @@ bench(void)
 	}
 }
 
+/*
+ * Whole fits with and without the bounds that skip rows (assign/bounds.cu):
+ * blobs as bench makes them, k-means++ seeds (taken once, KMG_SEED_ONLY),
+ * then from those seeds tol 1e-4, max_iter 300, with KMG_BOUNDS=0 and with
+ * bounds, twice each, rows uploaded once.  The two models must be the same
+ * bit for bit.  The iterations' time: a fit's time less its fixed part,
+ * fixed = T(max_iter 1, no bounds) - one full iteration, a full iteration
+ * being (T(off) - T(max_iter 1)) / (iterations - 1).  Prints the time with
+ * bounds over iterations x the full iteration (the target: at most 0.4).
+ * BOUNDS_SHAPES=m: the first m shapes; KMG_VERBOSE=1 in the environment
+ * traces the bounded fit (rows screened per iteration).
+ */
+static void
+bounds_bench(void)
+{
+	struct shape
+	{
+		const char *name;
+		int64_t		n;
+		int			d,
+					k;
+	}			shapes[] = {
+		{"A", 100000, 256, 1024},
+		{"C", 2000000, 128, 1024},
+		{"B", 300000, 408, 5000},
+		{"F", 10000000, 96, 256},
+	};
+	const size_t nshapes = getenv("BOUNDS_SHAPES") != NULL ?
+		std::min(sizeof(shapes) / sizeof(shapes[0]), (size_t) atoi(getenv("BOUNDS_SHAPES"))) :
+		sizeof(shapes) / sizeof(shapes[0]);
+	const char *verbose = getenv("KMG_VERBOSE");
+	char	   *vsaved = verbose != NULL ? strdup(verbose) : NULL;
+
+	unsetenv("KMG_VERBOSE");
+	printf("\nwhole fits, k-means++ seeds, tol 1e-4, max_iter 300: iterations' time with bounds "
+		   "against iterations x a full iteration\n");
+	for (size_t s = 0; s < nshapes; s++)
+	{
+		const struct shape *sh = &shapes[s];
+		float	   *x = generate(sh->n, sh->d, sh->k, 4321 + s, 0);
+		km_error	err;
+		km_gpu_dataset *ds = dataset_of(x, sh->n, sh->d, &err);
+		km_params	p;
+		km_result	r[2];
+		double		toff = 1e30,
+					ton = 1e30,
+					t1 = 1e30;
+		int			it[2] = {0, 0},
+					i1 = 0;
+		char		msg[400];
+
+		if (ds == NULL)
+		{
+			printf("FAIL bounds %s: dataset: %s\n", sh->name, err.message);
+			failures++;
+			free(x);
+			continue;
+		}
+		memset(&p, 0, sizeof(p));
+		p.k = sh->k;
+		p.tol = 1e-4;
+		p.max_iter = 300;
+		p.init = KM_INIT_KMEANSPP;
+		p.metric = KM_METRIC_L2;
+		p.n_init = 1;
+		p.seed = 7;
+		/* the seeds once */
+		result_alloc(&r[0], sh->n, sh->d, sh->k);
+		setenv("KMG_SEED_ONLY", "1", 1);
+		if (api->dataset_fit(ds, &p, NULL, &r[0], &err) != KM_OK)
+		{
+			printf("FAIL bounds %s: seeding: %s\n", sh->name, err.message);
+			failures++;
+		}
+		unsetenv("KMG_SEED_ONLY");
+		std::vector<float> seeds(r[0].centroids, r[0].centroids + (size_t) sh->k * sh->d);
+
+		result_free(&r[0]);
+		p.init = KM_INIT_EXPLICIT;
+		p.init_centroids = seeds.data();
+		for (int rep = 0; rep < 2; rep++)
+			for (int b = 0; b < 2; b++)
+			{
+				double		t0;
+
+				setenv("KMG_BOUNDS", b ? "1" : "0", 1);
+				if (rep == 1 && b == 1 && vsaved != NULL)
+				{
+					setenv("KMG_VERBOSE", vsaved, 1);
+					fprintf(stderr, "== trace: bounds %s (%lld,%d,%d)\n", sh->name, (long long) sh->n,
+							sh->d, sh->k);
+				}
+				if (rep == 1)
+					result_free(&r[b]);
+				result_alloc(&r[b], sh->n, sh->d, sh->k);
+				p.max_iter = 300;
+				t0 = now();
+				if (api->dataset_fit(ds, &p, NULL, &r[b], &err) != KM_OK)
+				{
+					printf("FAIL bounds %s: fit: %s\n", sh->name, err.message);
+					failures++;
+				}
+				if (b)
+					ton = std::min(ton, now() - t0);
+				else
+					toff = std::min(toff, now() - t0);
+				it[b] = r[b].iterations;
+				unsetenv("KMG_VERBOSE");
+			}
+		setenv("KMG_BOUNDS", "0", 1);
+		for (int rep = 0; rep < 2; rep++)
+			t1 = std::min(t1, fit_seconds(ds, &p, sh->d, 1, &i1));
+		unsetenv("KMG_BOUNDS");
+		snprintf(msg, sizeof(msg), "bounds %s (%lld,%d,%d): the same model with and without: "
+				 "centroids %s, labels %s, inertia %s, iterations %d %d", sh->name,
+				 (long long) sh->n, sh->d, sh->k,
+				 memcmp(r[0].centroids, r[1].centroids, sizeof(float) * sh->k * sh->d) == 0 ? "same" : "DIFFER",
+				 memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * sh->n) == 0 ? "same" : "DIFFER",
+				 r[0].inertia == r[1].inertia ? "same" : "DIFFERS", it[0], it[1]);
+		check(memcmp(r[0].centroids, r[1].centroids, sizeof(float) * sh->k * sh->d) == 0 &&
+			  memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * sh->n) == 0 &&
+			  r[0].inertia == r[1].inertia && it[0] == it[1], msg);
+		{
+			const double full = it[0] > 1 ? (toff - t1) / (it[0] - 1) : 0.0;
+			const double fixed = t1 - full;
+			const double on = ton - fixed,
+						off = toff - fixed;
+			char		line[300];
+
+			snprintf(line, sizeof(line), "bounds %s (%lld,%d,%d): %d iterations; full iteration %.3f ms; "
+					 "iterations' time without bounds %.1f ms, with %.1f ms: ratio %.3f (target <= 0.4)",
+					 sh->name, (long long) sh->n, sh->d, sh->k, it[0], 1e3 * full, 1e3 * off, 1e3 * on,
+					 off > 0 ? on / off : 0.0);
+			printf("%s\n", line);
+			fprintf(summary, "%s\n", line);
+		}
+		for (int b = 0; b < 2; b++)
+			result_free(&r[b]);
+		api->dataset_free(ds);
+		free(x);
+		fflush(stdout);
+	}
+	if (vsaved != NULL)
+	{
+		setenv("KMG_VERBOSE", vsaved, 1);
+		free(vsaved);
+	}
+}
+
 /* ---- split fits (driver/split.cu): several devices, out of core, half precision ---- */
 
 #ifdef WITH_CPU_ENGINE
@@ -2142,6 +2293,7 @@ main(int argc, char **argv)
 				do_split = 0,
 				do_splitbench = 0,
 				do_screen = 0,
+				do_bounds = 0,
 				one_case = -1,
 				quick = 0;
 	void	   *h;
@@ -2171,6 +2323,8 @@ main(int argc, char **argv)
 			do_splitbench = 1;
 		else if (strcmp(argv[i], "screen") == 0)
 			do_screen = 1;
+		else if (strcmp(argv[i], "bounds") == 0)
+			do_bounds = 1;
 		else if (strcmp(argv[i], "case") == 0 && i + 1 < argc)
 			one_case = atoi(argv[++i]);
 		else if (strcmp(argv[i], "ncases") == 0)
@@ -2180,7 +2334,7 @@ main(int argc, char **argv)
 		}
 	}
 	if (!do_val && !do_bench && !do_api && !do_seed && !do_seedbench && !do_seedprof && !do_split &&
-		!do_splitbench && !do_screen && one_case < 0)
+		!do_splitbench && !do_screen && !do_bounds && one_case < 0)
 		do_val = do_bench = 1;
 	summary = tmpfile();
 	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
@@ -2219,6 +2373,8 @@ main(int argc, char **argv)
 		seed_checks();
 	if (do_screen)
 		screen_checks();
+	if (do_bounds)
+		bounds_bench();
 	if (do_seedprof)
 		seed_profile();
 	if (do_bench || do_seedbench)

@@ -18,7 +18,9 @@
  * CUDA graph of several iterations, which cuts the launch gaps.
  *
  * Per iteration (the kernels of kmg_assign_pass are those of the plan
- * assign/dispatch.cu made for the shape):
+ * assign/dispatch.cu made for the shape; with the tensor-core screen, l2,
+ * assign/bounds.cu first lists the rows whose label may change and the
+ * screen decides only those):
  *	small k:      kmg_assign_pass: the narrow kernel alone (its last block
  *	              ends the iteration), or the wide or direct kernel ->
  *	              kmg_reduce_finalize (whose last block ends the iteration)
@@ -418,9 +420,9 @@ kmg_lloyd_trace(kmg_lloyd_state *ls, int slot, const kmg_ctl *snap, const kmg_st
 	fprintf(stderr, "kmg: batch of %d done, %.3f ms since the last, ctl iter %d stop %d\n",
 			ls->batch_sz[slot], 1e3 * (now - ls->vlast), snap->iter, snap->stop);
 	for (int t = ls->reported; t < snap->iter; t++)
-		fprintf(stderr, "kmg:   iter %d moved %d exact %d screen candidates %d relocated %d stop %d\n",
+		fprintf(stderr, "kmg:   iter %d moved %d exact %d screen candidates %d screened %d relocated %d stop %d\n",
 				t + 1, stats[t].moved, stats[t].ambiguous, stats[t].candidates,
-				stats[t].relocated, stats[t].stop);
+				stats[t].screened, stats[t].relocated, stats[t].stop);
 	ls->vlast = now;
 }
 
@@ -620,6 +622,12 @@ kmg_run_start(kmg_fit *f, int run, km_error *err)
 	if (f->w.a.nfix != NULL)
 		KMG_CK(cudaMemsetAsync(f->w.a.nfix, 0, kmg_narrow_fix_bytes(k, f->w.a.d), f->s));
 	KMG_CK(cudaMemsetAsync(f->w.a.stats, 0, (size_t) (params->max_iter + 1) * sizeof(kmg_stat), f->s));
+	if (f->w.a.bounded)
+	{
+		/* no row has bounds yet (not a number: the first screen decides every row) */
+		KMG_CK(cudaMemsetAsync(f->w.a.ub, 0xff, (size_t) f->w.a.n * sizeof(float), f->s));
+		KMG_CK(cudaMemsetAsync(f->w.a.bs, 0, sizeof(kmg_bstate), f->s));
+	}
 	if ((st = kmg_seed(f, run, err)) != KM_OK)
 		goto done;
 	KMG_CK(kmg_finalize(&f->w.a, KMG_FIN_SETUP, f->s));

@@ -119,6 +119,16 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 			w->a.crow = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * sizeof(int32_t));
 			w->a.cids = (int32_t *) kmg_carve(&c, (size_t) w->a.ccap * KMG_SCREEN_CANDS *
 											  sizeof(int32_t));
+			if (sh->bounds)
+			{
+				w->a.bounded = 1;
+				w->a.ub = (float *) kmg_carve(&c, (size_t) n * sizeof(float));
+				w->a.lb = (float *) kmg_carve(&c, (size_t) n * sizeof(float));
+				w->a.brow = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
+				w->a.Cprev = (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float));
+				w->a.drift = (float *) kmg_carve(&c, (size_t) k * sizeof(float));
+				w->a.bs = (kmg_bstate *) kmg_carve(&c, sizeof(kmg_bstate));
+			}
 		}
 	}
 	w->a.reloc = (int *) kmg_carve(&c, (size_t) k * sizeof(int));
@@ -188,6 +198,13 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 	sh->plan = kmg_assign_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS, dev);
 	sh->centrable = !cosine &&
 		(sh->plan.path == KMG_PATH_NARROW || sh->plan.path == KMG_PATH_WIDE);
+	/* bounds: a fit on the tensor-core screen, l2 (KMG_BOUNDS=0 turns them off, for timings) */
+	{
+		const char *env = getenv("KMG_BOUNDS");
+
+		sh->bounds = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
+			sh->plan.screen != KMG_SCREEN_FP32 && !(env != NULL && strcmp(env, "0") == 0);
+	}
 	{
 		/* k-means++ units: tiles of 128 rows, at most 8 blocks an SM, 1024 in all */
 		int64_t		b = (n + 127) / 128;

@@ -97,6 +97,20 @@ typedef struct kmg_ctl
 	double		tol;
 } kmg_ctl;
 
+/*
+ * The bounds' per-iteration state (assign/bounds.cu): the largest drift of
+ * a centroid, the centroid that has it, the second largest; the rows
+ * listed for the screen; the drift kernel's last-block ticket.
+ */
+typedef struct kmg_bstate
+{
+	float		dmax1;
+	float		dmax2;
+	int			jmax;
+	int			nlist;
+	unsigned int ticket;
+} kmg_bstate;
+
 /* Statistics of one finished iteration, read back between batches. */
 typedef struct kmg_stat
 {
@@ -106,6 +120,7 @@ typedef struct kmg_stat
 	int			relocated;
 	int			ambiguous;		/* rows settled exactly against every centroid */
 	int			candidates;		/* rows settled exactly against the screen's few candidates */
+	int			screened;		/* rows the screen decided (bounds: the rest kept their label); -1: all */
 	int			stop;
 } kmg_stat;
 
@@ -178,6 +193,23 @@ typedef struct kmg_args
 	float	   *sop;			/* its centroid operand (kmg_screen_work_bytes) */
 	const unsigned short *Xh;	/* n x dp float16 bits, or NULL */
 	int			xexp;
+
+	/*
+	 * Bounds that skip the rows whose label cannot change (assign/bounds.cu):
+	 * in a fit's iterations with the tensor-core screen (l2), an upper bound
+	 * on each row's distance to its centroid (ub) and a lower bound on its
+	 * distance to every other (lb), floats rounded outwards; the centroids
+	 * of the last assignment (Cprev, kp x dp) and how far each moved since
+	 * (drift); the rows the screen must decide (brow, bs->nlist of them).
+	 * bounded: the iterations use them.
+	 */
+	int			bounded;
+	float	   *ub;
+	float	   *lb;
+	float	   *Cprev;
+	float	   *drift;
+	int32_t    *brow;
+	struct kmg_bstate *bs;
 	int32_t    *crow;
 	int32_t    *cids;
 	int			ccap;

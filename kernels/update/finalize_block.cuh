@@ -65,6 +65,7 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
 	st->ambiguous = ctl->namb;
 	st->candidates = ctl->ncand;
+	st->screened = a.bounded ? a.bs->nlist : -1;
 	st->stop = stop;
 	ctl->iter = t;
 	ctl->moved = 0;

@@ -1,0 +1,230 @@
+/*
+ * bounds.cu
+ *	  Skipping the rows whose label cannot change (Hamerly's bounds), for a
+ *	  fit's iterations on the tensor-core screen (l2): which rows the next
+ *	  screen must decide.
+ *
+ * Each row keeps an upper bound ub on its distance to its centroid and a
+ * lower bound lb on its distance to every other centroid (the screen sets
+ * them where it decides a row: screen.cu, kmg_screen_ub / kmg_screen_lb and
+ * the certify kernel).  When the centroids move, centroid j by drift_j =
+ * |C_j - Cprev_j|, the triangle inequality keeps them bounds after
+ *		ub += drift_label,   lb -= max over j != label of drift_j
+ * and while ub < lb the label is the one centroid nearer than every other,
+ * by a margin far above the rounding of the exact cost (ub and lb are
+ * floats, so ub < lb means at least 2^-24 apart): km_exact_nearest would
+ * give the same label, so the row is not screened and its label stays.  A
+ * row whose bounds cross first has ub tightened to its exact distance
+ * (kmg_chain4); only rows that still cross are listed (a->brow), and the
+ * screen decides those as it decides every row without bounds.  So the
+ * labels, and the model, are those of a fit without bounds, bit for bit.
+ * Every bound is rounded outwards (drifts and ub up, lb down) with 2^-30 of
+ * room over the double sums it comes from.
+ *
+ * Per iteration, before the screen: kmg_bounds_drift_kernel (drift_j, then
+ * Cprev = C; its last block takes the largest two drifts), then
+ * kmg_bounds_rows_kernel (the test, the tightening, the list).  Rows without
+ * bounds (ub not finite: the first iteration, rows settled against every
+ * centroid) are always listed.
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "assign/assign.cuh"
+
+#include <math.h>
+
+#define KMG_BD_NT 256			/* threads of both kernels */
+
+/*
+ * drift_j = |C_j - Cprev_j| rounded up (a warp a centroid: the differences
+ * of floats and their squares are exact in double, their sum within dp
+ * 2^-53 of the true one), then Cprev_j = C_j.  The last block to finish
+ * finds the largest drift, its centroid and the second largest, and resets
+ * the list.
+ */
+__global__ void __launch_bounds__(KMG_BD_NT)
+kmg_bounds_drift_kernel(kmg_args a)
+{
+	__shared__ float s1[KMG_BD_NT / 32],
+				s2[KMG_BD_NT / 32];
+	__shared__ int sj[KMG_BD_NT / 32];
+	__shared__ int s_last;
+	const int	lane = threadIdx.x & 31;
+	const int	warp = threadIdx.x >> 5;
+	const int	gw = (int) ((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+	const int	nw = (int) ((gridDim.x * blockDim.x) >> 5);
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int j = gw; j < a.k; j += nw)
+	{
+		float	   *c = a.C + (size_t) j * a.dp;
+		float	   *cp = a.Cprev + (size_t) j * a.dp;
+		double		s = 0.0;
+
+		for (int i = lane; i < a.dp; i += 32)
+		{
+			const double t = (double) c[i] - (double) cp[i];
+
+			s += t * t;
+			cp[i] = c[i];
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			s += __shfl_xor_sync(0xffffffffu, s, o);
+		/* not finite (no earlier centroids): every bound is lost */
+		if (lane == 0)
+			a.drift[j] = isfinite(s) ? __double2float_ru(sqrt(s) * (1.0 + 0x1p-30)) : INFINITY;
+	}
+
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0)
+		s_last = atomicAdd(&a.bs->ticket, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+
+	/* the largest two drifts (ties: the lower centroid first) */
+	float		m1 = -1.0f,
+				m2 = -1.0f;
+	int			j1 = -1;
+
+	for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+	{
+		const float v = *(volatile float *) &a.drift[j];
+
+		if (v > m1)
+		{
+			m2 = m1;
+			m1 = v;
+			j1 = j;
+		}
+		else if (v > m2)
+			m2 = v;
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		const float o1 = __shfl_xor_sync(0xffffffffu, m1, o),
+					o2 = __shfl_xor_sync(0xffffffffu, m2, o);
+		const int	oj = __shfl_xor_sync(0xffffffffu, j1, o);
+
+		if (o1 > m1 || (o1 == m1 && oj < j1))
+		{
+			m2 = fmaxf(m1, o2);
+			m1 = o1;
+			j1 = oj;
+		}
+		else
+			m2 = fmaxf(m2, o1);
+	}
+	if (lane == 0)
+	{
+		s1[warp] = m1;
+		s2[warp] = m2;
+		sj[warp] = j1;
+	}
+	__syncthreads();
+	if (threadIdx.x != 0)
+		return;
+	m1 = s1[0];
+	m2 = s2[0];
+	j1 = sj[0];
+	for (int w = 1; w < KMG_BD_NT / 32; w++)
+	{
+		if (s1[w] > m1 || (s1[w] == m1 && sj[w] < j1))
+		{
+			m2 = fmaxf(m1, s2[w]);
+			m1 = s1[w];
+			j1 = sj[w];
+		}
+		else
+			m2 = fmaxf(m2, s1[w]);
+	}
+	a.bs->dmax1 = m1 >= 0.0f ? m1 : 0.0f;
+	a.bs->dmax2 = m2 >= 0.0f ? m2 : 0.0f;	/* k = 1: no other centroid */
+	a.bs->jmax = j1;
+	a.bs->nlist = 0;
+	a.bs->ticket = 0;
+}
+
+/*
+ * Per row: the bounds moved by the drifts; where they cross, ub tightened
+ * to the exact distance to the row's centroid; the rows that still cross
+ * (or have no bounds) appended to a->brow, a warp's rows with one atomic.
+ */
+__global__ void __launch_bounds__(KMG_BD_NT)
+kmg_bounds_rows_kernel(kmg_args a)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	const int64_t nup = (a.n + 31) / 32 * 32;	/* whole warps take the ballot */
+	const int	lane = threadIdx.x & 31;
+	const int	q4 = a.dp / 4;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float dmax1 = a.bs->dmax1,
+				dmax2 = a.bs->dmax2;
+	const int	jmax = a.bs->jmax;
+
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < nup; i += stride)
+	{
+		int			need = 0;
+
+		if (i < a.n)
+		{
+			const int	j = a.labels[i];
+			float		u = a.ub[i],
+						l = a.lb[i];
+
+			need = 1;
+			if (j >= 0 && isfinite(u))
+			{
+				u = __fadd_ru(u, a.drift[j]);
+				l = __fsub_rd(l, j == jmax ? dmax2 : dmax1);
+				if (!(u < l))
+				{
+					const double c = kmg_chain4(reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp),
+												reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp),
+												q4, 0.0, 0);
+
+					u = __double2float_ru(sqrt(c) * (1.0 + 0x1p-30));
+				}
+				a.ub[i] = u;
+				a.lb[i] = l;
+				need = !(u < l);
+			}
+		}
+
+		const unsigned ball = __ballot_sync(0xffffffffu, need);
+		int			base = 0;
+
+		if (ball == 0)
+			continue;
+		if (lane == 0)
+			base = atomicAdd(&a.bs->nlist, __popc(ball));
+		base = __shfl_sync(0xffffffffu, base, 0);
+		if (need)
+			a.brow[base + __popc(ball & ((1u << lane) - 1u))] = (int32_t) i;
+	}
+}
+
+/*
+ * The rows the next screen must decide, on a->brow (a->bs->nlist of them):
+ * the drifts since the last assignment, then each row's test.
+ */
+cudaError_t
+kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream)
+{
+	int			gd = (a->k + KMG_BD_NT / 32 - 1) / (KMG_BD_NT / 32);
+	int64_t		gr = (a->n + KMG_BD_NT - 1) / KMG_BD_NT;
+
+	if (gd > sms * 4)
+		gd = sms * 4;
+	if (gr > (int64_t) sms * 8)
+		gr = (int64_t) sms * 8;
+	kmg_bounds_drift_kernel<<<gd, KMG_BD_NT, 0, stream>>>(*a);
+	kmg_bounds_rows_kernel<<<(unsigned) (gr > 0 ? gr : 1), KMG_BD_NT, 0, stream>>>(*a);
+	return cudaGetLastError();
+}
