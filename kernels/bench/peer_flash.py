@@ -16,6 +16,8 @@ What it measures, per shape (A-F below):
      the iterations each fit really ran (km_result.iterations) divide the
      difference.  Three times: KMG_SCREEN=fp32, tf32 and fp16 (the engine
      reads it at each fit; an engine that ignores it gives equal columns).
+     Every iteration whole: KMG_BOUNDS=0, so no row is skipped by the
+     bounds of later iterations (bench_engine bounds measures those).
      Median of --reps for each of T3 and T13, after one warm-up fit.
   3. Our labels for the start centroids, against the float64 argmin (ties
      to the lowest id) computed here on the GPU: the fit's own labels pass
@@ -634,6 +636,7 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
     log("%s: ours: rows uploaded once in %.2f s (%.1f GB/s through the staging buffers)" % (
         name, up, x.nbytes / up / 1e9))
     wrong = {}
+    os.environ["KMG_BOUNDS"] = "0"      # whole iterations: the peer skips no row either
     try:
         for screen in SCREENS:
             os.environ["KMG_SCREEN"] = screen
@@ -677,6 +680,7 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
             wrong[screen] = attempt("%s: ours %s labels" % (name, screen), labels)
     finally:
         os.environ.pop("KMG_SCREEN", None)
+        os.environ.pop("KMG_BOUNDS", None)
         eng.free(ds)
     row["ours_wrong"] = " / ".join(str(wrong[s]) for s in SCREENS)
 
