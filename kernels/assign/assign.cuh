@@ -117,6 +117,19 @@ kmg_screen_bounds(const kmg_args &a, int mode)
 	return a.bounded && mode == KMG_MODE_ITER;
 }
 
+/*
+ * The tensor-core screen's slack for a row (its own units, S = 1): float16's
+ * (km_screen16_slack) where the call keeps the rows' float16 copy, else
+ * TF32's (km_screen_slack).  The screen and exact.cu's settling of the
+ * rows it lists both take it from here.
+ */
+static __device__ __forceinline__ float
+kmg_screen_slack_of(const kmg_args &a, float xn, float cmax)
+{
+	return a.Xh != NULL ? km_screen16_slack(a.d, a.dp, xn, cmax, a.xexp, km_screen16_exp(cmax))
+		: km_screen_slack(a.d, a.dp, xn, cmax);
+}
+
 /* ---- bounds.cu ---- */
 cudaError_t kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream);
 

@@ -73,7 +73,7 @@ kmg_bounds_drift_kernel(kmg_args a)
 			s += __shfl_xor_sync(0xffffffffu, s, o);
 		/* not finite (no earlier centroids): every bound is lost */
 		if (lane == 0)
-			a.drift[j] = isfinite(s) ? __double2float_ru(sqrt(s) * (1.0 + 0x1p-30)) : INFINITY;
+			a.drift[j] = isfinite(s) ? kmg_sqrt_ru(s) : INFINITY;
 	}
 
 	__threadfence();
@@ -189,7 +189,7 @@ kmg_bounds_rows_kernel(kmg_args a)
 												reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp),
 												q4, 0.0, 0);
 
-					u = __double2float_ru(sqrt(c) * (1.0 + 0x1p-30));
+					u = kmg_sqrt_ru(c);
 				}
 				a.ub[i] = u;
 				a.lb[i] = l;

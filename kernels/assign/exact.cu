@@ -31,18 +31,15 @@
 /*
  * The slack of a listed row's settling: the float32 filter's, plus the
  * tensor-core screen's when the screen listed it (fbest is then the
- * screen's best, within km_screen_slack, or km_screen16_slack in float16,
- * of the exact winner's value).
+ * screen's best, within kmg_screen_slack_of of the exact winner's value).
  */
 __device__ __forceinline__ float
 kmg_settle_slack(const kmg_args &a, float xn, float cmax)
 {
 	float		s = km_filter_slack(a.d, xn, cmax);
 
-	if (a.screen && a.Xh != NULL)
-		s += km_screen16_slack(a.d, a.dp, xn, cmax, a.xexp, km_screen16_exp(cmax));
-	else if (a.screen)
-		s += km_screen_slack(a.d, a.dp, xn, cmax);
+	if (a.screen)
+		s += kmg_screen_slack_of(a, xn, cmax);
 	return s;
 }
 

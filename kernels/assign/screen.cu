@@ -101,14 +101,6 @@ struct kmg_sfmt<true>
 	static constexpr int PER16 = 8;
 };
 
-/* cp.async of 16 bytes (src_bytes 16, or 0: zeros) to a shared address. */
-__device__ __forceinline__ void
-kmg_cp16s(unsigned smem, const void *gmem, int src_bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-				 ::"r"(smem), "l"(gmem), "r"(src_bytes):"memory");
-}
-
 __device__ __forceinline__ uint32_t
 kmg_tf32(float v)
 {
@@ -172,9 +164,9 @@ kmg_smma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1, float c0, float 
 }
 
 /*
- * The scales of the float16 screen for the current centroids: the centroid
- * operand's exponent ce (km_screen16_exp of cmax) and S = 2^(27 - xe - ce)
- * (1 when they are out of range: every row is then settled exactly).
+ * The float16 screen's exponent of the current centroids' operand, ce =
+ * km_screen16_exp(cmax); with the rows' xexp it makes S = 2^(27 - xe - ce)
+ * (km_screen16_sexp).
  */
 __device__ __forceinline__ int
 kmg_screen16_ce(const kmg_args &a)
@@ -183,9 +175,8 @@ kmg_screen16_ce(const kmg_args &a)
 }
 
 /*
- * The slack of a row in the screen's units (km_screen_slack, or
- * km_screen16_slack times S); +inf when it cannot be bounded (settled
- * exactly).
+ * The slack of a row in the screen's units (kmg_screen_slack_of, times S
+ * in float16); +inf when it cannot be bounded (settled exactly).
  */
 template <bool H>
 __device__ __forceinline__ float
@@ -193,10 +184,8 @@ kmg_row_screen_slack(const kmg_args &a, float xn, float cmax, int all_exact, int
 {
 	if (all_exact || (a.cosine && xn == 0.0f))
 		return INFINITY;
-	if (H)
-		return ldexpf(km_screen16_slack(a.d, a.dp, xn, cmax, a.xexp, ce),
-					  km_screen16_sexp(a.xexp, ce));
-	return km_screen_slack(a.d, a.dp, xn, cmax);
+	return H ? ldexpf(kmg_screen_slack_of(a, xn, cmax), km_screen16_sexp(a.xexp, ce))
+		: kmg_screen_slack_of(a, xn, cmax);
 }
 
 /*
@@ -276,7 +265,7 @@ kmg_screen_ub(float v1, float slack, float xn, double sinv)
 				xx = (double) xn * xn;
 	const double c = v + xx + 0.5 * (double) slack * sinv + 0x1p-20 * (fabs(v) + xx);
 
-	return __double2float_ru(sqrt(fmax(c, 0.0)) * (1.0 + 0x1p-30));
+	return kmg_sqrt_ru(fmax(c, 0.0));
 }
 
 __device__ __forceinline__ float
@@ -286,7 +275,7 @@ kmg_screen_lb(float v2, float slack, float xn, double sinv)
 				xx = (double) xn * xn;
 	const double c = v + xx - 0.5 * (double) slack * sinv - 0x1p-20 * (fabs(v) + xx);
 
-	return !(c > 0.0) ? 0.0f : __double2float_rd(sqrt(c) * (1.0 - 0x1p-30));
+	return !(c > 0.0) ? 0.0f : kmg_sqrt_rd(c);
 }
 
 /*
@@ -411,17 +400,17 @@ kmg_screen_kernel(kmg_args a, int mode)
 			const char *bq = bsrc + (size_t) q * SLICE_BYTES;
 
 			if (s == 0 && tid < SBN / 4)
-				kmg_cp16s(sCs + st * SBN * 4, Cnt + ((size_t) t * SBN + tid * 4) * sizeof(float), 16);
+				kmg_cp16_zfill_at(sCs + st * SBN * 4, Cnt + ((size_t) t * SBN + tid * 4) * sizeof(float), 16);
 #pragma unroll
 			for (int u = 0; u < 4; u++)
-				kmg_cp16s(sBs + (st * SB_FL + 32 * u * SAP) * 4, bq + u * 32 * SSLICE, 16);
+				kmg_cp16_zfill_at(sBs + (st * SB_FL + 32 * u * SAP) * 4, bq + u * 32 * SSLICE, 16);
 			if (H && !B)
 			{
 				const char *xq = xsrc[0] + (size_t) s * SLICE_BYTES;
 
 #pragma unroll
 				for (int u = 0; u < 4; u++)
-					kmg_cp16s(sAs + (st * SA_FL + 32 * u * SAP) * 4, xq + u * 32 * SSLICE, 16);
+					kmg_cp16_zfill_at(sAs + (st * SA_FL + 32 * u * SAP) * 4, xq + u * 32 * SSLICE, 16);
 			}
 			else
 			{
@@ -432,7 +421,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 				{
 					const int	ok = (xok >> u & 1) && (H || col < dp);
 
-					kmg_cp16s(sAs + (st * SA_FL + 32 * u * SAP) * 4,
+					kmg_cp16_zfill_at(sAs + (st * SA_FL + 32 * u * SAP) * 4,
 							  ok ? xsrc[u] + (size_t) s * (H ? SLICE_BYTES : SSLICE) : xsrc[0],
 							  ok ? 16 : 0);
 				}
@@ -632,7 +621,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 				if (nc < 1 || nc > KMG_SCREEN_CANDS)
 					full = 1;
 			}
-			a.fbest[i] = H ? ldexpf(best, -km_screen16_sexp(a.xexp, ce)) : best;
+			a.fbest[i] = (float) ((double) best * sinv);	/* a power of two: exact */
 			if (!full && nc > 1)
 			{
 				const int	pos = atomicAdd(&a.ctl->ncand, 1);
@@ -752,9 +741,9 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 				c2 = fmin(c2, __shfl_xor_sync(0xffffffffu, c2, o, 8));
 			if (i >= 0 && l8 == 0 && j != INT_MAX)
 			{
-				/* exact costs within (d + 2) 2^-53 of the true ones: 2^-30 covers them */
-				a.ub[i] = __double2float_ru(sqrt(c) * (1.0 + 0x1p-30));
-				a.lb[i] = fminf(a.lb[i], __double2float_rd(sqrt(c2) * (1.0 - 0x1p-30)));
+				/* exact costs, within (d + 2) 2^-53 of the true ones */
+				a.ub[i] = kmg_sqrt_ru(c);
+				a.lb[i] = fminf(a.lb[i], kmg_sqrt_rd(c2));
 			}
 		}
 		if (i >= 0 && l8 == 0 && j != INT_MAX)
@@ -903,19 +892,16 @@ kmg_screen_work_bytes(int k, int dp)
 	return tiles * ((dp + 15) / 16) * SLICE_BYTES + tiles * SBN * sizeof(float);
 }
 
-/* Raise the screen kernel's shared memory to SSMEM, with the largest carveout (per device). */
-template <bool H, bool B>
+/* Raise a screen kernel's shared memory to SSMEM, with the largest carveout (per device). */
 static cudaError_t
-kmg_screen_attributes(void)
+kmg_screen_attributes(const void *fn)
 {
 	cudaError_t e;
 
-	e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H, B>,
-							 cudaFuncAttributeMaxDynamicSharedMemorySize, (int) SSMEM);
+	e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) SSMEM);
 	/* two blocks an SM, whatever the driver would pick */
 	if (e == cudaSuccess)
-		e = cudaFuncSetAttribute((const void *) kmg_screen_kernel<H, B>,
-								 cudaFuncAttributePreferredSharedMemoryCarveout,
+		e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
 								 cudaSharedmemCarveoutMaxShared);
 	return e;
 }
@@ -949,33 +935,23 @@ kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 			return e;
 	}
 	/*
-	 * per device (split fits run this on several).  With bounds the rows
-	 * listed are known on the device only: blocks walk them, two an SM.
+	 * The format by the rows' copy; with bounds the rows listed are known on
+	 * the device only, so blocks walk them, two an SM.  The attributes per
+	 * device (split fits run this on several).
 	 */
-	if (kmg_screen_bounds(*a, mode))
 	{
-		const unsigned grid = (unsigned) (blocks < 2 * sms ? blocks : 2 * sms);
+		typedef void (*screen_fn) (kmg_args, int);
+		const bool	b = kmg_screen_bounds(*a, mode);
+		const screen_fn fn = h ? (b ? kmg_screen_kernel<true, true> : kmg_screen_kernel<true, false>)
+			: (b ? kmg_screen_kernel<false, true> : kmg_screen_kernel<false, false>);
+		const unsigned grid = (unsigned) (b && blocks > 2 * sms ? 2 * sms : blocks);
 
-		if ((e = h ? kmg_screen_attributes<true, true>() : kmg_screen_attributes<false, true>()) !=
-			cudaSuccess)
+		if ((e = kmg_screen_attributes((const void *) fn)) != cudaSuccess)
 			return e;
-		if (h)
-			kmg_screen_kernel<true, true><<<grid, SNT, SSMEM, stream>>>(*a, mode);
-		else
-			kmg_screen_kernel<false, true><<<grid, SNT, SSMEM, stream>>>(*a, mode);
-	}
-	else
-	{
-		if ((e = h ? kmg_screen_attributes<true, false>() : kmg_screen_attributes<false, false>()) !=
-			cudaSuccess)
+		fn<<<grid, SNT, SSMEM, stream>>>(*a, mode);
+		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
-		if (h)
-			kmg_screen_kernel<true, false><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
-		else
-			kmg_screen_kernel<false, false><<<(unsigned) blocks, SNT, SSMEM, stream>>>(*a, mode);
 	}
-	if ((e = cudaGetLastError()) != cudaSuccess)
-		return e;
 	kmg_screen_certify_kernel<<<(unsigned) sms * 4, 256, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
 }

@@ -246,6 +246,35 @@ result_free(km_result *r)
 	free(r->labels);
 }
 
+/* Whether two fits are the same model, bit for bit; what differs into why. */
+static int
+same_model(const km_result *a, const km_result *b, int64_t n, int d, int k, char *why, size_t len)
+{
+	int64_t		lab = 0;
+	int			cent = 0,
+				size = 0,
+				ci = 0;
+
+	for (int64_t r = 0; r < n; r++)
+		lab += a->labels[r] != b->labels[r];
+	for (int j = 0; j < k; j++)
+	{
+		cent += memcmp(a->centroids + (size_t) j * d, b->centroids + (size_t) j * d,
+					   sizeof(float) * d) != 0;
+		size += a->sizes[j] != b->sizes[j];
+		ci += memcmp(&a->cluster_inertia[j], &b->cluster_inertia[j], sizeof(double)) != 0;
+	}
+	snprintf(why, len, "labels %lld, centroids %d, sizes %d, cluster inertia %d differ; inertia %s; "
+			 "iterations %d/%d, converged %d/%d, re-seeded %d/%d",
+			 (long long) lab, cent, size, ci,
+			 memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 ? "same bits" : "DIFFERS",
+			 a->iterations, b->iterations, a->converged, b->converged, a->relocated, b->relocated);
+	return lab == 0 && cent == 0 && size == 0 && ci == 0 &&
+		memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 &&
+		a->iterations == b->iterations && a->converged == b->converged &&
+		a->relocated == b->relocated;
+}
+
 /* A fit's parameters: k, max_iter, tol 0, init, metric, one run (the rest zero). */
 static km_params
 fit_params(int k, int max_iter, km_init init, km_metric metric)
@@ -1127,16 +1156,12 @@ screen_checks(void)
 			}
 			for (int sc = 1; sc < NSCREENS; sc++)
 			{
-				snprintf(msg, sizeof(msg), "screen %s = %s: fit %-30s: status %d %d, centroids %s, labels %s, "
-						 "inertia %s, iterations %d %d", screens[0], screens[sc], c->name, st[0], st[sc],
-						 memcmp(r[0].centroids, r[sc].centroids, sizeof(float) * k * d) == 0 ? "same" : "DIFFER",
-						 memcmp(r[0].labels, r[sc].labels, sizeof(int32_t) * n) == 0 ? "same" : "DIFFER",
-						 r[0].inertia == r[sc].inertia ? "same" : "DIFFERS", r[0].iterations,
-						 r[sc].iterations);
-				check(st[0] == KM_OK && st[sc] == KM_OK &&
-					  memcmp(r[0].centroids, r[sc].centroids, sizeof(float) * k * d) == 0 &&
-					  memcmp(r[0].labels, r[sc].labels, sizeof(int32_t) * n) == 0 &&
-					  r[0].inertia == r[sc].inertia && r[0].iterations == r[sc].iterations, msg);
+				char		what[200];
+				const int	same = same_model(&r[0], &r[sc], n, d, k, what, sizeof(what));
+
+				snprintf(msg, sizeof(msg), "screen %s = %s: fit %-30s: status %d %d, %s", screens[0],
+						 screens[sc], c->name, st[0], st[sc], what);
+				check(st[0] == KM_OK && st[sc] == KM_OK && same, msg);
 			}
 			if (st[0] == KM_OK)
 			{
@@ -1646,8 +1671,7 @@ bounds_bench(void)
 		double		toff = 1e30,
 					ton = 1e30,
 					t1 = 1e30;
-		int			it[2] = {0, 0},
-					i1 = 0;
+		int			i1 = 0;
 		char		msg[400];
 
 		if (ds == NULL)
@@ -1705,24 +1729,23 @@ bounds_bench(void)
 					ton = std::min(ton, now() - t0);
 				else
 					toff = std::min(toff, now() - t0);
-				it[b] = r[b].iterations;
 				unsetenv("KMG_VERBOSE");
 			}
 		setenv("KMG_BOUNDS", "0", 1);
 		for (int rep = 0; rep < 2; rep++)
 			t1 = std::min(t1, fit_seconds(ds, &p, sh->d, 1, &i1));
 		unsetenv("KMG_BOUNDS");
-		snprintf(msg, sizeof(msg), "bounds %s (%lld,%d,%d): the same model with and without: "
-				 "centroids %s, labels %s, inertia %s, iterations %d %d", sh->name,
-				 (long long) sh->n, sh->d, sh->k,
-				 memcmp(r[0].centroids, r[1].centroids, sizeof(float) * sh->k * sh->d) == 0 ? "same" : "DIFFER",
-				 memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * sh->n) == 0 ? "same" : "DIFFER",
-				 r[0].inertia == r[1].inertia ? "same" : "DIFFERS", it[0], it[1]);
-		check(memcmp(r[0].centroids, r[1].centroids, sizeof(float) * sh->k * sh->d) == 0 &&
-			  memcmp(r[0].labels, r[1].labels, sizeof(int32_t) * sh->n) == 0 &&
-			  r[0].inertia == r[1].inertia && it[0] == it[1], msg);
 		{
-			const double full = it[0] > 1 ? (toff - t1) / (it[0] - 1) : 0.0;
+			char		what[200];
+			const int	same = same_model(&r[0], &r[1], sh->n, sh->d, sh->k, what, sizeof(what));
+
+			snprintf(msg, sizeof(msg), "bounds %s (%lld,%d,%d): the same model with and without: %s",
+					 sh->name, (long long) sh->n, sh->d, sh->k, what);
+			check(same, msg);
+		}
+		{
+			const int	it = r[0].iterations;
+			const double full = it > 1 ? (toff - t1) / (it - 1) : 0.0;
 			const double fixed = t1 - full;
 			const double on = ton - fixed,
 						off = toff - fixed;
@@ -1730,7 +1753,7 @@ bounds_bench(void)
 
 			snprintf(line, sizeof(line), "bounds %s (%lld,%d,%d): %d iterations; full iteration %.3f ms; "
 					 "iterations' time without bounds %.1f ms, with %.1f ms: ratio %.3f (target <= 0.4)",
-					 sh->name, (long long) sh->n, sh->d, sh->k, it[0], 1e3 * full, 1e3 * off, 1e3 * on,
+					 sh->name, (long long) sh->n, sh->d, sh->k, it, 1e3 * full, 1e3 * off, 1e3 * on,
 					 off > 0 ? on / off : 0.0);
 			printf("%s\n", line);
 			fprintf(summary, "%s\n", line);
@@ -1802,35 +1825,6 @@ split_tight_limit(int64_t n, int d, int k, km_metric metric, int weighted, km_gp
 			return L.memory_limit;
 	}
 	return 0;
-}
-
-/* Whether two fits are the same model, bit for bit; what differs into why. */
-static int
-same_model(const km_result *a, const km_result *b, int64_t n, int d, int k, char *why, size_t len)
-{
-	int64_t		lab = 0;
-	int			cent = 0,
-				size = 0,
-				ci = 0;
-
-	for (int64_t r = 0; r < n; r++)
-		lab += a->labels[r] != b->labels[r];
-	for (int j = 0; j < k; j++)
-	{
-		cent += memcmp(a->centroids + (size_t) j * d, b->centroids + (size_t) j * d,
-					   sizeof(float) * d) != 0;
-		size += a->sizes[j] != b->sizes[j];
-		ci += memcmp(&a->cluster_inertia[j], &b->cluster_inertia[j], sizeof(double)) != 0;
-	}
-	snprintf(why, len, "labels %lld, centroids %d, sizes %d, cluster inertia %d differ; inertia %s; "
-			 "iterations %d/%d, converged %d/%d, re-seeded %d/%d",
-			 (long long) lab, cent, size, ci,
-			 memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 ? "same bits" : "DIFFERS",
-			 a->iterations, b->iterations, a->converged, b->converged, a->relocated, b->relocated);
-	return lab == 0 && cent == 0 && size == 0 && ci == 0 &&
-		memcmp(&a->inertia, &b->inertia, sizeof(double)) == 0 &&
-		a->iterations == b->iterations && a->converged == b->converged &&
-		a->relocated == b->relocated;
 }
 
 typedef struct scase

@@ -7,12 +7,13 @@
  *	  rows (kmg_exact_step, kmg_exact_finish) and the chain with its loads
  *	  ahead of the dependent adds (kmg_chain4);
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
- *	  kmg_cp16_commit, kmg_cp16_wait);
+ *	  kmg_cp16_zfill_at, kmg_cp16_commit, kmg_cp16_wait);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
  *	  kmg_fix_decode, kmg_fix_warp_sum) and integer block counts
- *	  (kmg_block_add_int).
+ *	  (kmg_block_add_int);
+ *	- distances rounded outwards, for bounds (kmg_sqrt_ru, kmg_sqrt_rd).
  *
  * The functions shared with host code and the C references (km_exact.h,
  * km_fixsum.h, km_hash.h) are declared with KM_HD (src/include/km_hd.h); what
@@ -145,15 +146,22 @@ kmg_cp16_wait()
 /*
  * kmg_cp16 that copies src_bytes (16 or 0) and fills the rest of the 16
  * bytes with zeros: rows past the end of a tile land as zeros, with no
- * branch around the copy (gmem must still be a valid address).
+ * branch around the copy (gmem must still be a valid address).  _at: to a
+ * shared-window address (kernels that keep their stages' addresses as
+ * 32-bit offsets).
  */
+__device__ __forceinline__ void
+kmg_cp16_zfill_at(unsigned smem, const void *gmem, int src_bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				 ::"r"(smem), "l"(gmem), "r"(src_bytes):"memory");
+}
+
+/* The same at a generic pointer into shared memory. */
 __device__ __forceinline__ void
 kmg_cp16_zfill(void *smem, const void *gmem, int src_bytes)
 {
-	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-				 ::"r"(s), "l"(gmem), "r"(src_bytes):"memory");
+	kmg_cp16_zfill_at((unsigned) __cvta_generic_to_shared(smem), gmem, src_bytes);
 }
 
 /* kmg_cp16_wait for a count known only at run time (n = 1, 2, or 3 and more). */
@@ -311,6 +319,27 @@ kmg_block_add_int(int v, int *out)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
 	if ((threadIdx.x & 31) == 0 && v != 0)
 		atomicAdd(out, v);
+}
+
+/* ---- distances as bounds ---- */
+
+/*
+ * sqrt(c) rounded to a float above (ru) or below (rd) the true distance,
+ * for a double c within 2^-32 (relatively) of the true squared distance
+ * (an exact cost km_exact_cost computes, or a sum of up to 2^20 terms that
+ * are exact in double): 2^-30 of room covers that and sqrt's own rounding.
+ * The bounds of assign/bounds.cu.
+ */
+__device__ __forceinline__ float
+kmg_sqrt_ru(double c)
+{
+	return __double2float_ru(sqrt(c) * (1.0 + 0x1p-30));
+}
+
+__device__ __forceinline__ float
+kmg_sqrt_rd(double c)
+{
+	return __double2float_rd(sqrt(c) * (1.0 - 0x1p-30));
 }
 
 #endif							/* KMG_DEVICE_CUH */
