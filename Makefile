@@ -45,7 +45,11 @@ endif
 # built whenever nvcc is found (CUDA runtime linked statically).
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_ARCHS ?= 80 90
-CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
+# 90 is built as sm_90a, Hopper's own code, for the screen's wgmma
+# (kernels/assign/screen.cu); such code runs on compute capability 9.0 only,
+# as sm_90 code did
+CUDA_ARCH_CODE = $(if $(filter 90,$(1)),90a,$(1))
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(call CUDA_ARCH_CODE,$(a)),code=sm_$(call CUDA_ARCH_CODE,$(a)))
 # kernels/: the API and drivers, then the kernel families, one folder each
 # (kernels/bench holds harnesses, not engine code).
 CUDA_DIRS = driver prep assign update seed medoids

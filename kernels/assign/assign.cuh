@@ -78,6 +78,7 @@ typedef struct kmg_assign_plan
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */
 	int			screen;			/* KMG_SCREEN_* */
+	int			wgmma;			/* the float16 screen on wgmma (kmg_assign_prepare) */
 	int			settle;			/* KMG_SETTLE_* */
 	int			xrows;			/* rows per block of kmg_exact_kernel (past xcap) */
 } kmg_assign_plan;
@@ -134,7 +135,8 @@ kmg_screen_slack_of(const kmg_args &a, float xn, float cmax)
 cudaError_t kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream);
 
 /* ---- screen.cu ---- */
-cudaError_t kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream);
+cudaError_t kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_t stream);
+int			kmg_screen_wgmma_usable(int dp, const kmg_device *dev);
 size_t		kmg_screen_work_bytes(int k, int dp);
 size_t		kmg_screen_rows16_bytes(int64_t n, int dp);
 cudaError_t kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax,

@@ -305,7 +305,10 @@ kmg_assign_prepare(kmg_assign_plan *plan, const kmg_device *dev)
 	int			per_sm = 0;
 
 	if (!kmg_plan_fused(plan))
+	{
+		plan->wgmma = plan->screen == KMG_SCREEN_FP16 && kmg_screen_wgmma_usable(plan->dp, dev);
 		return cudaSuccess;
+	}
 	if (plan->fn == NULL)
 		return cudaErrorInvalidValue;
 	e = cudaFuncSetAttribute((const void *) plan->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -373,7 +376,7 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 								   stream)) != cudaSuccess ||
 			(kmg_screen_bounds(*a, mode) &&
 			 (e = kmg_bounds_list(a, plan->sms, stream)) != cudaSuccess) ||
-			(e = kmg_screen(a, mode, plan->sms, stream)) != cudaSuccess)
+			(e = kmg_screen(a, mode, plan, stream)) != cudaSuccess)
 			return e;
 		return kmg_exact_refine(a, plan, mode, stream);
 	}

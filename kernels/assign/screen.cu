@@ -58,6 +58,11 @@
  *	  halves within the final T: the label or the listing.
  * Lists are filled in an order that varies from run to run; the labels do
  * not depend on it.
+ *
+ * On Hopper (sm_90a code, compute capability 9.0) with dp <= 128, the
+ * float16 screen runs on wgmma instead (kmg_screen_wg_kernel, below): the
+ * same values, thresholds and end of a block, with the rows kept in shared
+ * memory and one list a row.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -66,6 +71,8 @@
 #include <cuda_fp16.h>
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace
 {
@@ -279,6 +286,92 @@ kmg_screen_lb(float v2, float slack, float xn, double sinv)
 }
 
 /*
+ * The end of a block of rows, for row i (one thread): from the row's least
+ * value over all centroids (best), its second least (B only), its slack
+ * and its lists of the values found within the slack of a running best,
+ * the label, the candidates' listing (crow, cids), or the full settling
+ * (amb); with bounds, the row's bounds.  The lists: l < lists, each of at
+ * most cap entries, values vals[l SBM cap + s] and centroids ids[...], of
+ * cnt[l SBM] entries (more: over).  Returns whether the label moved.
+ */
+template <bool H, bool B>
+__device__ __forceinline__ int
+kmg_screen_decide(const kmg_args &a, int mode, int64_t i, float best, float second, float slack,
+				  int over, const float *vals, const int *ids, const int *cnt, int lists, int cap,
+				  int ce)
+{
+	const float thr = best + slack;
+	const double sinv = H ? ldexp(1.0, -km_screen16_sexp(a.xexp, ce)) : 1.0;
+	int			full = over || !isfinite(thr);
+	int			nc = 0,
+				label = -1,
+				moved = 0;
+
+	if (!full)
+	{
+		for (int l = 0; l < lists; l++)
+			for (int s = 0; s < cnt[l * SBM]; s++)
+				if (vals[l * SBM * cap + s] <= thr)
+				{
+					nc++;
+					label = ids[l * SBM * cap + s];
+				}
+		if (nc < 1 || nc > KMG_SCREEN_CANDS)
+			full = 1;
+	}
+	a.fbest[i] = (float) ((double) best * sinv);	/* a power of two: exact */
+	if (!full && nc > 1)
+	{
+		const int	pos = atomicAdd(&a.ctl->ncand, 1);
+
+		label = -1;
+		if (pos < a.ccap)
+		{
+			int			w = 0;
+
+			a.crow[pos] = (int32_t) i;
+			for (int l = 0; l < lists; l++)
+				for (int s = 0; s < cnt[l * SBM]; s++)
+					if (vals[l * SBM * cap + s] <= thr)
+						a.cids[(size_t) pos * KMG_SCREEN_CANDS + w++] = ids[l * SBM * cap + s];
+			for (; w < KMG_SCREEN_CANDS; w++)
+				a.cids[(size_t) pos * KMG_SCREEN_CANDS + w] = -1;
+			/*
+			 * the others' values lie past thr: the certify kernel tightens
+			 * this with the candidates' exact costs
+			 */
+			if (B)
+				a.lb[i] = kmg_screen_lb(thr, slack, a.xnorm[i], sinv);
+		}
+		else
+			full = 1;
+	}
+	if (full)
+	{
+		a.amb[atomicAdd(&a.ctl->namb, 1)] = (int32_t) i;
+		if (B)
+		{
+			/* no bounds: screened again next iteration */
+			a.ub[i] = INFINITY;
+			a.lb[i] = 0.0f;
+		}
+	}
+	else if (label >= 0)
+	{
+		if (mode == KMG_MODE_ITER && a.labels[i] != label)
+			moved = 1;
+		a.labels[i] = label;
+		if (B)
+		{
+			/* one candidate, the best: every other value is at least the row's second least */
+			a.ub[i] = kmg_screen_ub(best, slack, a.xnorm[i], sinv);
+			a.lb[i] = kmg_screen_lb(second, slack, a.xnorm[i], sinv);
+		}
+	}
+	return moved;
+}
+
+/*
  * The screen (file header).  B false: block b screens rows 128 b on, one
  * block per 128 rows.  B true (a Lloyd iteration with bounds, bounds.cu):
  * the blocks walk the rows listed on a->brow, 128 at a time, and each
@@ -294,7 +387,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 	constexpr int PER16 = kmg_sfmt<H>::PER16;
 	constexpr int SBK = SSLICE / (int) sizeof(T);	/* columns a k-slice */
 
-	extern __shared__ __align__(16) unsigned char kmg_ssmem[];
+	extern __shared__ __align__(128) unsigned char kmg_ssmem[];
 	float	   *sA = (float *) kmg_ssmem;
 	float	   *sB = sA + SSTAGES * SA_FL;
 	float	   *scn = sB + SSTAGES * SB_FL;	/* the tile's S cn_j, in its first slice's stage */
@@ -600,88 +693,350 @@ kmg_screen_kernel(kmg_args a, int mode)
 		int			moved = 0;
 
 		if (e0 + tid < nrows)
-		{
-			const int64_t i = B ? (int64_t) a.brow[e0 + tid] : e0 + tid;
-			const float best = fminf(swbest[tid], swbest[SBM + tid]);
-			const float thr = best + sslack[tid];
-			const double sinv = H ? ldexp(1.0, -km_screen16_sexp(a.xexp, ce)) : 1.0;
-			int			full = sover[tid] || !isfinite(thr);
-			int			nc = 0,
-						label = -1;
-
-			if (!full)
-			{
-				for (int w = 0; w < 2; w++)
-					for (int s = 0; s < scnt[w * SBM + tid]; s++)
-						if (sval[(w * SBM + tid) * SMC + s] <= thr)
-						{
-							nc++;
-							label = sid[(w * SBM + tid) * SMC + s];
-						}
-				if (nc < 1 || nc > KMG_SCREEN_CANDS)
-					full = 1;
-			}
-			a.fbest[i] = (float) ((double) best * sinv);	/* a power of two: exact */
-			if (!full && nc > 1)
-			{
-				const int	pos = atomicAdd(&a.ctl->ncand, 1);
-
-				label = -1;
-				if (pos < a.ccap)
-				{
-					int			w = 0;
-
-					a.crow[pos] = (int32_t) i;
-					for (int h = 0; h < 2; h++)
-						for (int s = 0; s < scnt[h * SBM + tid]; s++)
-							if (sval[(h * SBM + tid) * SMC + s] <= thr)
-								a.cids[(size_t) pos * KMG_SCREEN_CANDS + w++] =
-									sid[(h * SBM + tid) * SMC + s];
-					for (; w < KMG_SCREEN_CANDS; w++)
-						a.cids[(size_t) pos * KMG_SCREEN_CANDS + w] = -1;
-					/*
-					 * the others' values lie past thr: the certify kernel
-					 * tightens this with the candidates' exact costs
-					 */
-					if (B)
-						a.lb[i] = kmg_screen_lb(thr, sslack[tid], a.xnorm[i], sinv);
-				}
-				else
-					full = 1;
-			}
-			if (full)
-			{
-				a.amb[atomicAdd(&a.ctl->namb, 1)] = (int32_t) i;
-				if (B)
-				{
-					/* no bounds: screened again next iteration */
-					a.ub[i] = INFINITY;
-					a.lb[i] = 0.0f;
-				}
-			}
-			else if (label >= 0)
-			{
-				if (mode == KMG_MODE_ITER && a.labels[i] != label)
-					moved++;
-				a.labels[i] = label;
-				if (B)
-				{
-					/*
-					 * one candidate, the best: every other value is at least
-					 * the row's second least
-					 */
-					const float second = fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
-											   fmaxf(swbest[tid], swbest[SBM + tid]));
-
-					a.ub[i] = kmg_screen_ub(best, sslack[tid], a.xnorm[i], sinv);
-					a.lb[i] = kmg_screen_lb(second, sslack[tid], a.xnorm[i], sinv);
-				}
-			}
-		}
+			moved = kmg_screen_decide<H, B>(a, mode, B ? (int64_t) a.brow[e0 + tid] : e0 + tid,
+											fminf(swbest[tid], swbest[SBM + tid]),
+											B ? fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
+													  fmaxf(swbest[tid], swbest[SBM + tid])) : 0.0f,
+											sslack[tid], sover[tid], sval + tid * SMC, sid + tid * SMC,
+											scnt + tid, 2, SMC, ce);
 		if (mode == KMG_MODE_ITER)
 			kmg_block_add_int(moved, &a.ctl->moved);
 		__syncthreads();		/* the next block of rows reuses the shared memory */
 	}
+}
+
+/*
+ * ---- The Hopper screen (kmg_screen_wg_kernel): the same decision, on
+ * wgmma ----
+ *
+ * Where the float16 rows have at most WKS k-slices (dp <= 128) and the
+ * device runs sm_90a code, the screen's GEMM is Hopper's asynchronous
+ * warpgroup MMA instead of mma.sync: a block of SBM rows is two warpgroups
+ * of 64 rows, its rows' slices stay in shared memory for the whole walk
+ * (read from global memory once, not once a centroid tile), and only the
+ * operand's slices stream through a ring of WST stages.  Each warpgroup's
+ * tile is m64 n128 (64 accumulators a thread, the layout of eight
+ * m16n8 fragments side by side), its operands read by the tensor cores from
+ * shared memory in the no-swizzle core-matrix layout (8 rows x 16 bytes
+ * contiguous; a slice of 32 columns is 4 of them across, LBO 128 bytes,
+ * and groups of 8 rows 512 bytes apart, SBO).  A warp owns 16 whole rows
+ * of the tile, so each row has one list (2 SMC entries) and one running
+ * best, kept by the row's 4 threads.  The values, thresholds, lists and
+ * the end of the block are the mma.sync kernel's (kmg_screen_decide).
+ */
+constexpr int WNT = 256;		/* two warpgroups */
+constexpr int WKS = 4;			/* the rows' k-slices kept in shared memory: dp <= 128 */
+constexpr int WST = 6;			/* the operand's ring */
+constexpr int WPF = WST - 2;	/* slices copied ahead */
+constexpr int WMC = 2 * SMC;	/* a row's list */
+constexpr size_t WSMEM = (size_t) WKS * SLICE_BYTES + (size_t) WST * (SLICE_BYTES + SBN * sizeof(float)) +
+	(size_t) SBM * WMC * (sizeof(float) + sizeof(int)) + (size_t) 5 * SBM * sizeof(int);
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KMG_WGMMA 1
+#else
+#define KMG_WGMMA 0
+#endif
+
+/* Whether this build's code for the device has wgmma (read once by kmg_screen_wgmma_built). */
+__device__ const int kmg_wgmma_built = KMG_WGMMA;
+
+#if KMG_WGMMA
+/* A shared-memory operand's descriptor: no swizzle, LBO 128 bytes (along k), SBO 512 (8 rows). */
+__device__ __forceinline__ uint64_t
+kmg_wg_desc(unsigned addr)
+{
+	return (uint64_t) ((addr & 0x3FFFF) >> 4) | ((uint64_t) (128 >> 4) << 16) |
+		((uint64_t) (512 >> 4) << 32);
+}
+
+/* d += a b^T over 16 float16 columns: a 64 rows, b 128 centroids, both in shared memory. */
+__device__ __forceinline__ void
+kmg_wgmma_m64n128k16(float *d, uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+				 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+				 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+				 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+				 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+				 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+				 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+				   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+				   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+				   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+				   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+				   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+				   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+				   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+				 : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void
+kmg_wg_fence()
+{
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void
+kmg_wg_commit()
+{
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void
+kmg_wg_wait()
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* cp.async's writes, seen by the tensor cores' (async proxy) reads */
+__device__ __forceinline__ void
+kmg_fence_proxy_async()
+{
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#endif
+
+/*
+ * The Hopper screen (above): B as kmg_screen_kernel's.  WNT threads, WSMEM
+ * bytes of dynamic shared memory, dp <= WKS slices; float16 only.
+ */
+template <bool B>
+__global__ void __launch_bounds__(WNT, 2)
+kmg_screen_wg_kernel(kmg_args a, int mode)
+{
+#if KMG_WGMMA
+	extern __shared__ __align__(128) unsigned char kmg_ssmem[];
+	unsigned char *sA = kmg_ssmem;	/* the block's rows: WKS slices */
+	unsigned char *sB = sA + WKS * SLICE_BYTES;	/* the operand's ring */
+	float	   *scn = (float *) (sB + WST * SLICE_BYTES);	/* a tile's S cn_j, in its first slice's stage */
+	float	   *sval = scn + WST * SBN;	/* [row][WMC] */
+	int		   *sid = (int *) (sval + SBM * WMC);
+	int		   *scnt = sid + SBM * WMC;
+	int		   *sover = scnt + SBM;
+	float	   *swbest = (float *) (sover + SBM);
+	float	   *sslack = swbest + SBM;
+	float	   *swsecond = sslack + SBM;
+
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	warp = tid >> 5;
+	const int	wg = warp >> 2;	/* warpgroup: rows 64 wg on */
+	const int	g = lane >> 2,
+				t4 = lane & 3;
+	const int	r0 = wg * 64 + (warp & 3) * 16 + g;	/* this thread's rows: r0, r0 + 8 */
+	const int	ks = (a.dp + 31) / 32;
+	const int	tiles = (a.kp + SBN - 1) / SBN;
+	const int	total = tiles * ks;
+	const char *Bt = (const char *) a.sop;
+	const char *Cnt = Bt + (size_t) total * SLICE_BYTES;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int	ce = kmg_screen16_ce(a);
+	const int64_t nrows = B ? (int64_t) *(volatile int *) &a.bs->nlist : a.n;
+	const int64_t nblk = (nrows + SBM - 1) / SBM;
+
+	/*
+	 * This thread's copies: 16-byte chunks c = tid % 4 of rows tid / 4 and
+	 * tid / 4 + 64 of a slice (128 rows of 64 bytes in global memory), to
+	 * the core-matrix layout: chunk c of row r at ((r / 8) 4 + c) 128 +
+	 * (r % 8) 16; the second row's is 4096 bytes on in both.
+	 */
+	const int	cr = tid >> 2,
+				cc = tid & 3;
+	const unsigned cso = (unsigned) ((((cr >> 3) * 4 + cc) * 128) + (cr & 7) * 16);
+	const unsigned cgo = (unsigned) (cr * SSLICE + cc * 16);
+	const unsigned sAa = (unsigned) __cvta_generic_to_shared(sA);
+	const unsigned sBa = (unsigned) __cvta_generic_to_shared(sB);
+	const unsigned sCa = (unsigned) __cvta_generic_to_shared(scn);
+
+	for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x)
+	{
+		const int64_t e0 = blk * SBM;
+
+		if (tid < SBM)
+		{
+			const int64_t e = e0 + tid;
+
+			scnt[tid] = 0;
+			sover[tid] = 0;
+			sslack[tid] = e < nrows ?
+				kmg_row_screen_slack<true>(a, a.xnorm[B ? (int64_t) a.brow[e] : e], cmax, all_exact, ce)
+				: 0.0f;
+		}
+
+		/* the block's rows, every slice: one group */
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+		{
+			const int64_t e = e0 + cr + 64 * u;
+			const int	ok = B ? e < nrows : 1;	/* float16 blocks are whole: zeros past n */
+			const int64_t i = B ? (ok ? (int64_t) a.brow[e] : 0) : e;
+			const char *src = (const char *) a.Xh + (size_t) ((i / SBM) * ks) * SLICE_BYTES +
+				(i % SBM) * SSLICE + cc * 16;
+
+			for (int sl = 0; sl < ks; sl++)
+				kmg_cp16_zfill_at(sAa + sl * SLICE_BYTES + cso + 4096 * u, src + (size_t) sl * SLICE_BYTES,
+								  ok ? 16 : 0);
+		}
+		kmg_cp16_commit();
+
+		/* operand slice q (slice q % ks of tile q / ks) into stage q % WST; cn with a tile's first */
+		auto load = [&] (int q)
+		{
+			if (q < total)
+			{
+				const unsigned st = (unsigned) (q % WST);
+				const char *bq = Bt + (size_t) q * SLICE_BYTES + cgo;
+
+				kmg_cp16_zfill_at(sBa + st * SLICE_BYTES + cso, bq, 16);
+				kmg_cp16_zfill_at(sBa + st * SLICE_BYTES + cso + 4096, bq + 4096, 16);
+				if (q % ks == 0 && tid < SBN / 4)
+					kmg_cp16_zfill_at(sCa + st * SBN * 4 + tid * 16,
+									  Cnt + ((size_t) (q / ks) * SBN + tid * 4) * sizeof(float), 16);
+			}
+			kmg_cp16_commit();
+		};
+
+#pragma unroll
+		for (int p = 0; p < WPF; p++)
+			load(p);
+
+		float		acc[64];
+		float		rbest[2] = {INFINITY, INFINITY},
+					rsecond[2] = {INFINITY, INFINITY};
+		int			q = 0;
+
+		for (int t = 0; t < tiles; t++)
+		{
+			for (int sl = 0; sl < ks; sl++, q++)
+			{
+				const unsigned st = (unsigned) (q % WST);
+
+				/* slice q is in (and the rows); slice q - 2's MMAs are done: its stage is free */
+				kmg_cp16_wait<WPF - 1>();
+				kmg_fence_proxy_async();
+				kmg_wg_wait<1>();
+				__syncthreads();
+				load(q + WPF);
+				if (sl == 0)
+				{
+					/* the tile's addends S cn_j: columns 8 j + 2 t4 + (0, 1) */
+#pragma unroll
+					for (int j = 0; j < 16; j++)
+					{
+						const float2 c2 = *reinterpret_cast<const float2 *>(scn + st * SBN + j * 8 + 2 * t4);
+
+						acc[4 * j] = acc[4 * j + 2] = c2.x;
+						acc[4 * j + 1] = acc[4 * j + 3] = c2.y;
+					}
+				}
+				kmg_wg_fence();
+#pragma unroll
+				for (int kk = 0; kk < 2; kk++)
+					kmg_wgmma_m64n128k16(acc, kmg_wg_desc(sAa + sl * SLICE_BYTES + wg * 4096 + kk * 256),
+										 kmg_wg_desc(sBa + st * SLICE_BYTES + kk * 256));
+				kmg_wg_commit();
+			}
+			kmg_wg_wait<0>();
+
+			/*
+			 * The tile's epilogue: the running best of each of this
+			 * thread's two rows (the least of its 4 threads' values so
+			 * far) and the values within the slack of it, listed.
+			 */
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+			{
+				const int	r = r0 + 8 * h;
+				float		m = INFINITY,
+							m2 = INFINITY,
+							mw;
+
+				if (B)
+				{
+#pragma unroll
+					for (int j = 0; j < 16; j++)
+#pragma unroll
+						for (int e = 0; e < 2; e++)
+						{
+							const float v = acc[4 * j + 2 * h + e];
+
+							m2 = fminf(m2, fmaxf(m, v));
+							m = fminf(m, v);
+						}
+					mw = m;
+#pragma unroll
+					for (int o = 1; o <= 2; o <<= 1)
+					{
+						const float om = __shfl_xor_sync(0xffffffffu, mw, o);
+						const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
+
+						m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
+						mw = fminf(mw, om);
+					}
+					rsecond[h] = fminf(fminf(rsecond[h], m2), fmaxf(rbest[h], mw));
+				}
+				else
+				{
+#pragma unroll
+					for (int j = 0; j < 16; j++)
+						m = fminf(m, fminf(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+					mw = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+					mw = fminf(mw, __shfl_xor_sync(0xffffffffu, mw, 2));
+				}
+				rbest[h] = fminf(rbest[h], mw);
+
+				const float thr = rbest[h] + sslack[r];
+
+				if (!(m <= thr))
+					continue;
+#pragma unroll
+				for (int j = 0; j < 16; j++)
+#pragma unroll
+					for (int e = 0; e < 2; e++)
+						if (acc[4 * j + 2 * h + e] <= thr)
+						{
+							const int	slot = atomicAdd(&scnt[r], 1);
+
+							if (slot < WMC)
+							{
+								sval[r * WMC + slot] = acc[4 * j + 2 * h + e];
+								sid[r * WMC + slot] = t * SBN + j * 8 + 2 * t4 + e;
+							}
+							else
+								sover[r] = 1;
+						}
+			}
+		}
+		if (t4 == 0)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+			{
+				swbest[r0 + 8 * h] = rbest[h];
+				if (B)
+					swsecond[r0 + 8 * h] = rsecond[h];
+			}
+		kmg_cp16_wait<0>();
+		__syncthreads();
+
+		int			moved = 0;
+
+		if (tid < SBM && e0 + tid < nrows)
+			moved = kmg_screen_decide<true, B>(a, mode, B ? (int64_t) a.brow[e0 + tid] : e0 + tid,
+											   swbest[tid], B ? swsecond[tid] : 0.0f, sslack[tid],
+											   sover[tid], sval + tid * WMC, sid + tid * WMC, scnt + tid,
+											   1, WMC, ce);
+		if (mode == KMG_MODE_ITER)
+			kmg_block_add_int(moved, &a.ctl->moved);
+		__syncthreads();		/* the next block of rows reuses the shared memory */
+	}
+#endif
 }
 
 /*
@@ -892,13 +1247,13 @@ kmg_screen_work_bytes(int k, int dp)
 	return tiles * ((dp + 15) / 16) * SLICE_BYTES + tiles * SBN * sizeof(float);
 }
 
-/* Raise a screen kernel's shared memory to SSMEM, with the largest carveout (per device). */
+/* Raise a screen kernel's shared memory to smem, with the largest carveout (per device). */
 static cudaError_t
-kmg_screen_attributes(const void *fn)
+kmg_screen_attributes(const void *fn, size_t smem)
 {
 	cudaError_t e;
 
-	e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) SSMEM);
+	e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
 	/* two blocks an SM, whatever the driver would pick */
 	if (e == cudaSuccess)
 		e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -913,9 +1268,10 @@ kmg_screen_attributes(const void *fn)
  * the call keeps the rows' copy (a->Xh), else TF32.
  */
 cudaError_t
-kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
+kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_t stream)
 {
 	cudaError_t e;
+	const int	sms = plan->sms;
 	const int64_t blocks = (a->n + SBM - 1) / SBM;
 	const bool	h = a->Xh != NULL;
 
@@ -935,25 +1291,53 @@ kmg_screen(const kmg_args *a, int mode, int sms, cudaStream_t stream)
 			return e;
 	}
 	/*
-	 * The format by the rows' copy; with bounds the rows listed are known on
-	 * the device only, so blocks walk them, two an SM.  The attributes per
-	 * device (split fits run this on several).
+	 * The kernel by the rows' copy and the plan (wgmma where prepared for
+	 * it); with bounds the rows listed are known on the device only, so
+	 * blocks walk them, two an SM.  The attributes per device (split fits
+	 * run this on several).
 	 */
 	{
 		typedef void (*screen_fn) (kmg_args, int);
 		const bool	b = kmg_screen_bounds(*a, mode);
-		const screen_fn fn = h ? (b ? kmg_screen_kernel<true, true> : kmg_screen_kernel<true, false>)
+		const bool	wg = h && plan->wgmma && (a->dp + 31) / 32 <= WKS;
+		const screen_fn fn = wg ? (b ? kmg_screen_wg_kernel<true> : kmg_screen_wg_kernel<false>)
+			: h ? (b ? kmg_screen_kernel<true, true> : kmg_screen_kernel<true, false>)
 			: (b ? kmg_screen_kernel<false, true> : kmg_screen_kernel<false, false>);
 		const unsigned grid = (unsigned) (b && blocks > 2 * sms ? 2 * sms : blocks);
+		const size_t smem = wg ? WSMEM : SSMEM;
 
-		if ((e = kmg_screen_attributes((const void *) fn)) != cudaSuccess)
+		if ((e = kmg_screen_attributes((const void *) fn, smem)) != cudaSuccess)
 			return e;
-		fn<<<grid, SNT, SSMEM, stream>>>(*a, mode);
+		fn<<<grid, wg ? WNT : SNT, smem, stream>>>(*a, mode);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
 	}
 	kmg_screen_certify_kernel<<<(unsigned) sms * 4, 256, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
+}
+
+/*
+ * Whether the Hopper screen can run on the current device for rows of dp
+ * values: compute capability 9.0, this build's code for it made for sm_90a
+ * (kmg_wgmma_built), dp within WKS slices, and KMG_WGMMA=0 not in the
+ * environment.  Called where a plan is prepared, outside any capture.
+ */
+int
+kmg_screen_wgmma_usable(int dp, const kmg_device *dev)
+{
+	const char *env = getenv("KMG_WGMMA");
+	int			built = 0;
+
+	if (env != NULL && strcmp(env, "0") == 0)
+		return 0;
+	if (dev == NULL || dev->cc_major != 9 || dev->cc_minor != 0 || (dp + 31) / 32 > WKS)
+		return 0;
+	if (cudaMemcpyFromSymbol(&built, kmg_wgmma_built, sizeof(int)) != cudaSuccess)
+	{
+		(void) cudaGetLastError();
+		return 0;
+	}
+	return built;
 }
 
 /* Rows the screen can list with their candidates (the rest take the full settling). */
