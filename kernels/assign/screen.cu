@@ -727,7 +727,6 @@ kmg_screen_kernel(kmg_args a, int mode)
 constexpr int WNT = 256;		/* two warpgroups */
 constexpr int WKS = 4;			/* the rows' k-slices kept in shared memory: dp <= 128 */
 constexpr int WST = 6;			/* the operand's ring */
-constexpr int WPF = WST - 2;	/* slices copied ahead */
 constexpr int WMC = 2 * SMC;	/* a row's list */
 constexpr size_t WSMEM = (size_t) WKS * SLICE_BYTES + (size_t) WST * (SLICE_BYTES + SBN * sizeof(float)) +
 	(size_t) SBM * WMC * (sizeof(float) + sizeof(int)) + (size_t) 5 * SBM * sizeof(int);
@@ -807,6 +806,8 @@ __global__ void __launch_bounds__(WNT, 2)
 kmg_screen_wg_kernel(kmg_args a, int mode)
 {
 #if KMG_WGMMA
+	constexpr int WPF = WST - 2;	/* slices copied ahead */
+
 	extern __shared__ __align__(128) unsigned char kmg_ssmem[];
 	unsigned char *sA = kmg_ssmem;	/* the block's rows: WKS slices */
 	unsigned char *sB = sA + WKS * SLICE_BYTES;	/* the operand's ring */
