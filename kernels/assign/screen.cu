@@ -256,6 +256,59 @@ kmg_screen_slice(float (&acc)[4][8][4], unsigned cA, unsigned cB, const float (&
 }								/* namespace */
 
 /*
+ * The epilogues' pieces, shared by both screen kernels.  A thread's least
+ * two of a row's values so far (m, m2; with repeats: two equal least values
+ * make m2 that value), one value at a time.
+ */
+__device__ __forceinline__ void
+kmg_least_two_add(float &m, float &m2, float v)
+{
+	m2 = fminf(m2, fmaxf(m, v));
+	m = fminf(m, v);
+}
+
+/*
+ * The row's least over its 4 threads (lanes 4 g to 4 g + 3 hold a row's
+ * values), returned, from each thread's least two (m, m2); m2 becomes the
+ * row's second least.
+ */
+__device__ __forceinline__ float
+kmg_quad_least_two(float m, float &m2)
+{
+	float		mw = m;
+
+#pragma unroll
+	for (int o = 1; o <= 2; o <<= 1)
+	{
+		const float om = __shfl_xor_sync(0xffffffffu, mw, o);
+		const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
+
+		m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
+		mw = fminf(mw, om);
+	}
+	return mw;
+}
+
+/*
+ * Centroid id of value v into list l (cap entries: values sval[l cap ...],
+ * ids sid[...], count scnt[l]); a list that overflows sends its row r to the
+ * full settling (sover[r]).
+ */
+__device__ __forceinline__ void
+kmg_list_candidate(float v, int id, int l, int cap, float *sval, int *sid, int *scnt, int *sover, int r)
+{
+	const int	slot = atomicAdd(&scnt[l], 1);
+
+	if (slot < cap)
+	{
+		sval[l * cap + slot] = v;
+		sid[l * cap + slot] = id;
+	}
+	else
+		sover[r] = 1;
+}
+
+/*
  * A row's bounds from the screen (bounds.cu): an upper bound on its
  * distance to the centroid of value v1 and a lower bound on its distance to
  * every centroid of value at least v2, from the screen's values (times
@@ -622,22 +675,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 						for (int nt = 0; nt < 8; nt++)
 #pragma unroll
 							for (int e = 0; e < 2; e++)
-							{
-								const float v = acc[mt][nt][2 * h + e];
-
-								m2 = fminf(m2, fmaxf(m, v));
-								m = fminf(m, v);
-							}
-						mw = m;
-#pragma unroll
-						for (int o = 1; o <= 2; o <<= 1)
-						{
-							const float om = __shfl_xor_sync(0xffffffffu, mw, o);
-							const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
-
-							m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
-							mw = fminf(mw, om);
-						}
+								kmg_least_two_add(m, m2, acc[mt][nt][2 * h + e]);
+						mw = kmg_quad_least_two(m, m2);
 						rsecond[mt][h] = fminf(fminf(rsecond[mt][h], m2), fmaxf(rbest[mt][h], mw));
 					}
 					else
@@ -660,18 +699,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 #pragma unroll
 						for (int e = 0; e < 2; e++)
 							if (acc[mt][nt][2 * h + e] <= thr)
-							{
-								const int	l = wn * SBM + r;
-								const int	slot = atomicAdd(&scnt[l], 1);
-
-								if (slot < SMC)
-								{
-									sval[l * SMC + slot] = acc[mt][nt][2 * h + e];
-									sid[l * SMC + slot] = t * SBN + wn * 64 + nt * 8 + 2 * t4 + e;
-								}
-								else
-									sover[r] = 1;
-							}
+								kmg_list_candidate(acc[mt][nt][2 * h + e], t * SBN + wn * 64 + nt * 8 + 2 * t4 + e,
+												   wn * SBM + r, SMC, sval, sid, scnt, sover, r);
 				}
 		}
 		if (t4 == 0)
@@ -965,22 +994,8 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 					for (int j = 0; j < 16; j++)
 #pragma unroll
 						for (int e = 0; e < 2; e++)
-						{
-							const float v = acc[4 * j + 2 * h + e];
-
-							m2 = fminf(m2, fmaxf(m, v));
-							m = fminf(m, v);
-						}
-					mw = m;
-#pragma unroll
-					for (int o = 1; o <= 2; o <<= 1)
-					{
-						const float om = __shfl_xor_sync(0xffffffffu, mw, o);
-						const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
-
-						m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
-						mw = fminf(mw, om);
-					}
+							kmg_least_two_add(m, m2, acc[4 * j + 2 * h + e]);
+					mw = kmg_quad_least_two(m, m2);
 					rsecond[h] = fminf(fminf(rsecond[h], m2), fmaxf(rbest[h], mw));
 				}
 				else
@@ -1002,17 +1017,8 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 #pragma unroll
 					for (int e = 0; e < 2; e++)
 						if (acc[4 * j + 2 * h + e] <= thr)
-						{
-							const int	slot = atomicAdd(&scnt[r], 1);
-
-							if (slot < WMC)
-							{
-								sval[r * WMC + slot] = acc[4 * j + 2 * h + e];
-								sid[r * WMC + slot] = t * SBN + j * 8 + 2 * t4 + e;
-							}
-							else
-								sover[r] = 1;
-						}
+							kmg_list_candidate(acc[4 * j + 2 * h + e], t * SBN + j * 8 + 2 * t4 + e, r, WMC,
+											   sval, sid, scnt, sover, r);
 			}
 		}
 		if (t4 == 0)
