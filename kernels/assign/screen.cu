@@ -289,6 +289,15 @@ kmg_quad_least_two(float m, float &m2)
 	return mw;
 }
 
+/* The row's least over its 4 threads, from each thread's least m. */
+__device__ __forceinline__ float
+kmg_quad_least(float m)
+{
+	const float mw = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+
+	return fminf(mw, __shfl_xor_sync(0xffffffffu, mw, 2));
+}
+
 /*
  * Centroid id of value v into list l (cap entries: values sval[l cap ...],
  * ids sid[...], count scnt[l]); a list that overflows sends its row r to the
@@ -684,8 +693,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 #pragma unroll
 						for (int nt = 0; nt < 8; nt++)
 							m = fminf(m, fminf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
-						mw = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-						mw = fminf(mw, __shfl_xor_sync(0xffffffffu, mw, 2));
+						mw = kmg_quad_least(m);
 					}
 					rbest[mt][h] = fminf(rbest[mt][h], mw);
 
@@ -1003,8 +1011,7 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 #pragma unroll
 					for (int j = 0; j < 16; j++)
 						m = fminf(m, fminf(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
-					mw = fminf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-					mw = fminf(mw, __shfl_xor_sync(0xffffffffu, mw, 2));
+					mw = kmg_quad_least(m);
 				}
 				rbest[h] = fminf(rbest[h], mw);
 
@@ -1306,7 +1313,7 @@ kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_
 	{
 		typedef void (*screen_fn) (kmg_args, int);
 		const bool	b = kmg_screen_bounds(*a, mode);
-		const bool	wg = h && plan->wgmma && (a->dp + 31) / 32 <= WKS;
+		const bool	wg = h && plan->wgmma;	/* dp within WKS slices: kmg_screen_wgmma_usable */
 		const screen_fn fn = wg ? (b ? kmg_screen_wg_kernel<true> : kmg_screen_wg_kernel<false>)
 			: h ? (b ? kmg_screen_kernel<true, true> : kmg_screen_kernel<true, false>)
 			: (b ? kmg_screen_kernel<false, true> : kmg_screen_kernel<false, false>);
