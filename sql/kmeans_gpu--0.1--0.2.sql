@@ -456,3 +456,16 @@ CREATE FUNCTION kmeans_sweep(
 	OUT davies_bouldin double precision, OUT model kmeans_model)
 	RETURNS SETOF record AS 'MODULE_PATHNAME', 'kmeans_sweep'
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
+
+-- == kmeans_fit reads large tables with parallel workers ==
+
+-- Called only inside the query kmeans_fit runs to read a table: each
+-- process of a parallel plan writes its rows into the fit's shared memory
+-- (src/parallel_read.c); any other call is an ERROR.  Parallel safe, so
+-- that workers may run it; volatile, so that it runs once for every row.
+CREATE FUNCTION kmeans_read_row(bigint, bigint, real[], double precision)
+	RETURNS boolean AS 'MODULE_PATHNAME', 'kmeans_read_row'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL SAFE COST 10;
+CREATE FUNCTION kmeans_read_row(bigint, bigint, double precision[], double precision)
+	RETURNS boolean AS 'MODULE_PATHNAME', 'kmeans_read_row'
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL SAFE COST 10;

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -19,44 +20,60 @@ typedef struct KmFitScan
 	KmGpuSink  *gpu;			/* the rows go to the GPU instead, or NULL */
 	int64		n_skipped;		/* NULL vector or NULL weight */
 	bool		weighted;
-	double		weight_sum;
+	bool		weight_positive;	/* a row weighs more than 0 */
 	double		estimated_rows; /* from statistics, for the early memory check */
 	const KmOptions *opts;
 	bool		first_row_seen;
 	int64		gpu_setup_us;	/* starting the stream to the GPU (verbose) */
+	char	   *read_report;	/* a parallel read: what it took (verbose) */
 } KmFitScan;
 
 /*
- * When the first vector tells the length: check the memory the whole table
- * will need, and start streaming the rows to the GPU if it is to run the
- * fit, so that the upload overlaps the scan.
+ * Before the rows are gathered: check the memory the whole table will need,
+ * from its statistics.
  */
 static void
-FirstRow(KmFitScan *scan, int dim)
+CheckTableMemory(const KmFitScan *scan, int dim)
 {
 	int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
-	KmEngineChoice choice = KmOptionsEngine(scan->opts);
 
-	scan->first_row_seen = true;
 	if (rows > 0)
 		KmCheckMemory(KmFitMemory(rows, dim, Min(scan->opts->k, rows),
 								  mul_size((Size) rows, sizeof(float) * (Size) (dim + scan->weighted)),
 								  false),
 					  "kmeans_fit (estimated from the table's statistics)");
-	scan->matrix.dim = dim;
-	/*
-	 * Straight to the GPU: should it give up, ReadRows runs again for the
-	 * CPU.  An init the GPU does not seed keeps the rows on the host too.
-	 */
-	if (choice != KM_ENGINE_CPU)
-	{
-		TimestampTz start = GetCurrentTimestamp();
+}
 
-		/* rows the host must seed from stay on the host too */
-		scan->gpu = KmGpuSinkStart(&scan->matrix, choice, scan->opts->k, scan->opts->metric,
-								   rows, !KmInitOnGpu(scan->opts->init));
-		scan->gpu_setup_us = GetCurrentTimestamp() - start;
-	}
+/*
+ * Start streaming the rows to the GPU if it is to run the fit, those
+ * already in scan->matrix first: should it give up, ReadRows runs again for
+ * the CPU.  An init the GPU does not seed keeps the rows on the host too.
+ */
+static void
+StartGpu(KmFitScan *scan, int64 rows)
+{
+	KmEngineChoice choice = KmOptionsEngine(scan->opts);
+	TimestampTz start;
+
+	if (choice == KM_ENGINE_CPU)
+		return;
+	start = GetCurrentTimestamp();
+	scan->gpu = KmGpuSinkStart(&scan->matrix, choice, scan->opts->k, scan->opts->metric,
+							   rows, !KmInitOnGpu(scan->opts->init));
+	scan->gpu_setup_us = GetCurrentTimestamp() - start;
+}
+
+/*
+ * When the first vector tells the length: check the memory, and start the
+ * stream to the GPU so that the upload overlaps the scan.
+ */
+static void
+FirstRow(KmFitScan *scan, int dim)
+{
+	scan->first_row_seen = true;
+	CheckTableMemory(scan, dim);
+	scan->matrix.dim = dim;
+	StartGpu(scan, (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2));
 }
 
 /*
@@ -80,12 +97,8 @@ FitRow(void *arg, Datum *values, bool *nulls)
 	if (scan->weighted)
 	{
 		w = DatumGetFloat8(values[1]);
-		if (!(w >= 0) || !isfinite((float) w))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("weight %g is not allowed", w),
-					 errdetail("Weights must be finite, at most the largest real, and not negative.")));
-		scan->weight_sum += w;
+		KmCheckWeight(w);
+		scan->weight_positive = scan->weight_positive || w > 0;
 	}
 	if (!scan->first_row_seen)
 		FirstRow(scan, KmVectorDim(vec));
@@ -103,11 +116,56 @@ ScanRows(const KmFitScan *scan)
 }
 
 /*
+ * A large table read by parallel workers into shared memory: true when it
+ * was (scan->matrix has the rows, or the GPU has them), false when the
+ * caller must read it in this backend.
+ */
+static bool
+ReadRowsInParallel(const KmScanSpec *spec, Oid func_namespace, KmFitScan *scan)
+{
+	KmParallelRead *read = KmParallelReadPlan(spec, func_namespace, &scan->matrix);
+	KmEngineChoice choice = KmOptionsEngine(scan->opts);
+	int64		estimate;
+
+	if (read == NULL)
+		return false;
+	/*
+	 * Rows that stream to the GPU go from this backend straight into pinned
+	 * memory as they are read; through shared memory they would be copied
+	 * once more, by this backend alone, which costs more than the workers
+	 * save (README, "Reading the rows").
+	 */
+	estimate = (int64) Min(KmParallelReadEstimate(read), (double) PG_INT64_MAX / 2);
+	if (choice != KM_ENGINE_CPU &&
+		KmRouteStream(choice, estimate, KmParallelReadDim(read), Min(scan->opts->k, Max(estimate, 1)),
+					  scan->opts->metric, scan->opts->storage, scan->weighted) != NULL)
+		return false;
+	CheckTableMemory(scan, KmParallelReadDim(read));
+	if (!KmParallelReadRun(read, &scan->matrix, &scan->n_skipped, &scan->weight_positive))
+	{
+		if (kmeans_verbose)
+			ereport(INFO,
+					(errmsg("kmeans_fit: the shared memory sized from the table's statistics was too small for its rows; reading them again in one process")));
+		return false;
+	}
+	scan->read_report = KmParallelReadReport(read);
+	scan->first_row_seen = scan->matrix.n > 0;
+	if (scan->matrix.n > 0)
+	{
+		StartGpu(scan, scan->matrix.n);
+		/* the rows went to the GPU only: give their memory back now */
+		if (scan->gpu != NULL && !KmGpuSinkHostRows(scan->gpu))
+			KmParallelReadRelease(read);
+	}
+	return true;
+}
+
+/*
  * The scan: every row of the column into scan->matrix (in context), or
  * streamed to the GPU when it is to run the fit.
  */
 static void
-ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
+ReadRows(const KmScanSpec *spec, Oid func_namespace, const KmOptions *opts, KmFitScan *scan,
 		 MemoryContext context)
 {
 	TimestampTz start = GetCurrentTimestamp();
@@ -118,7 +176,8 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 	scan->estimated_rows = KmEstimateRows(spec->relid);
 	KmMatrixInit(&scan->matrix, context, scan->weighted, opts->metric == KM_METRIC_COSINE);
 	KmMatrixSetStorage(&scan->matrix, opts->storage);
-	KmScanTable(spec, FitRow, scan);
+	if (!ReadRowsInParallel(spec, func_namespace, scan))
+		KmScanTable(spec, FitRow, scan);
 	if (kmeans_verbose)
 	{
 		char		gpu[96] = "";
@@ -127,12 +186,14 @@ ReadRows(const KmScanSpec *spec, const KmOptions *opts, KmFitScan *scan,
 			snprintf(gpu, sizeof(gpu), ", streaming them to the GPU (of which %.3f s to set it up)",
 					 (double) scan->gpu_setup_us / 1e6);
 		ereport(INFO,
-				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped) in %.3f s%s",
+				(errmsg("kmeans_fit: read " INT64_FORMAT " rows (" INT64_FORMAT " skipped)%s in %.3f s%s",
 						ScanRows(scan), scan->n_skipped,
-						(double) (GetCurrentTimestamp() - start) / 1e6, gpu)));
+						scan->read_report != NULL ? " in parallel" : "",
+						(double) (GetCurrentTimestamp() - start) / 1e6, gpu),
+				 scan->read_report != NULL ? errdetail("The parallel read: %s.", scan->read_report) : 0));
 	}
 
-	if (scan->weighted && ScanRows(scan) > 0 && !(scan->weight_sum > 0))
+	if (scan->weighted && ScanRows(scan) > 0 && !scan->weight_positive)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the weights of the rows sum to zero")));
@@ -154,6 +215,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	KmFitScan	scan;
 	KmFitOutput fit;
 	MemoryContext rows_context;
+	Oid			func_namespace = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Datum		model;
 	char	   *init;
 
@@ -206,7 +268,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 	/* the rows get their own context, freed as soon as the model is built */
 	rows_context = AllocSetContextCreate(CurrentMemoryContext, "kmeans_fit rows",
 										 ALLOCSET_DEFAULT_SIZES);
-	ReadRows(&spec, &opts, &scan, rows_context);
+	ReadRows(&spec, func_namespace, &opts, &scan, rows_context);
 	if (!KmRunFit(&scan.matrix, scan.gpu, &opts, false, &fit))
 	{
 		/*
@@ -215,7 +277,7 @@ kmeans_fit(PG_FUNCTION_ARGS)
 		 */
 		MemoryContextReset(rows_context);
 		opts.engine = KM_ENGINE_CPU;
-		ReadRows(&spec, &opts, &scan, rows_context);
+		ReadRows(&spec, func_namespace, &opts, &scan, rows_context);
 		if (!KmRunFit(&scan.matrix, scan.gpu, &opts, false, &fit))
 			elog(ERROR, "the CPU engine did not run; please report a bug");
 	}

@@ -29,6 +29,7 @@ int			kmeans_gpu_device = -1;
 char	   *kmeans_gpu_devices_string = NULL;
 int			kmeans_gpu_memory_limit_mb = 0;
 int			kmeans_gpu_wait_ms = 60000;
+int			kmeans_read_workers = -1;
 
 /* The highest CUDA ordinal a setting may name (as kmeans_gpu.device did in 0.1). */
 #define KM_GPU_MAX_ORDINAL 255
@@ -208,6 +209,12 @@ KmGucInit(void)
 							"Closes the idle connection holding them (idle_session_timeout); 0 keeps them until it closes.",
 							&kmeans_shard_idle_timeout_ms, 5 * 60 * 1000, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("kmeans_gpu.read_workers",
+							"Parallel workers kmeans_fit asks for to read a table (-1: as PostgreSQL plans any query; 0: none).",
+							"The workers write the rows into shared memory; they come from max_parallel_workers.",
+							&kmeans_read_workers, -1, -1, 1024,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("kmeans_gpu");

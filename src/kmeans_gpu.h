@@ -45,6 +45,7 @@ extern int	kmeans_gpu_memory_limit_mb;
 extern int	kmeans_gpu_wait_ms;
 extern int	kmeans_shard_retries;	/* sharded.c */
 extern int	kmeans_shard_idle_timeout_ms;	/* shard.c */
+extern int	kmeans_read_workers;
 
 extern void KmGucInit(void);
 extern Size KmMaxMemoryBytes(void);
@@ -118,6 +119,7 @@ extern void KmVectorRead(ArrayType *vec, int dim, float *out);
 extern void KmVectorReadRow(ArrayType *vec, int dim, float *out, bool stream, bool cosine);
 extern void KmStoreFence(void);
 extern void KmCheckDimension(int expected, int got);
+extern void KmCheckWeight(double w);
 extern void KmVectorRound(float *x, int dim, km_storage storage, bool cosine, int64 row,
 						  const int64 *id);
 
@@ -137,6 +139,7 @@ typedef struct KmMatrix
 	km_storage	storage;		/* round every value to this as it arrives */
 	int64		input_rows;		/* rows offered, NULL vectors included: for messages */
 	Size		bytes;			/* allocated for rows and weights */
+	bool		borrowed;		/* the chunks are another's (KmMatrixBorrow) */
 } KmMatrix;
 
 extern void KmMatrixInit(KmMatrix *m, MemoryContext context, bool weighted, bool cosine);
@@ -148,6 +151,8 @@ extern void KmMatrixAppendVector(KmMatrix *m, ArrayType *vec, float weight);
 extern const float *KmMatrixAppendVectorRow(KmMatrix *m, ArrayType *vec, float weight);
 extern void KmMatrixReleaseRows(KmMatrix *m);
 extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
+extern void KmMatrixBorrow(KmMatrix *m, int dim, const km_chunk *chunks, int nchunks,
+						   int64 input_rows, Size bytes);
 extern km_data KmMatrixData(const KmMatrix *m);
 extern void KmCheckMemory(Size needed, const char *what);
 
@@ -244,6 +249,27 @@ typedef void (*KmScanRow) (void *arg, Datum *values, bool *nulls);
 
 extern void KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg);
 extern double KmEstimateRows(Oid relid);
+extern char *KmColumnSql(Oid relid, const char *column, const char *role, Oid target,
+						 const char *target_name, bool keep_float8_arrays);
+extern char *KmVectorColumnSql(const KmScanSpec *spec);
+extern char *KmWeightColumnSql(const KmScanSpec *spec);
+extern char *KmRelationSql(Oid relid);
+
+/*
+ * parallel_read.c: kmeans_fit's read of a large table by parallel workers
+ * into shared memory
+ */
+typedef struct KmParallelRead KmParallelRead;
+
+extern void KmParallelReadInit(void);
+extern KmParallelRead *KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace,
+										  const KmMatrix *m);
+extern int	KmParallelReadDim(const KmParallelRead *read);
+extern double KmParallelReadEstimate(const KmParallelRead *read);
+extern bool KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped,
+							  bool *positive_weight);
+extern char *KmParallelReadReport(const KmParallelRead *read);
+extern void KmParallelReadRelease(KmParallelRead *read);
 
 /* labels.c */
 extern void KmLabelsArgs(FunctionCallInfo fcinfo, KmScanSpec *spec);

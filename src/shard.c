@@ -185,11 +185,7 @@ ShardLoadRow(void *arg, Datum *values, bool *nulls)
 	if (fit->weighted)
 	{
 		w = DatumGetFloat8(values[1]);
-		if (!(w >= 0) || !isfinite((float) w))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("weight %g is not allowed", w),
-					 errdetail("Weights must be finite, at most the largest real, and not negative.")));
+		KmCheckWeight(w);
 		if (w > 0)
 			fit->weight_positive = true;
 	}

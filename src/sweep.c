@@ -49,11 +49,7 @@ SweepRow(void *arg, Datum *values, bool *nulls)
 	if (scan->weighted)
 	{
 		w = DatumGetFloat8(values[1]);
-		if (!(w >= 0) || !isfinite((float) w))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("weight %g is not allowed", w),
-					 errdetail("Weights must be finite, at most the largest real, and not negative.")));
+		KmCheckWeight(w);
 		scan->weight_sum += w;
 	}
 	KmMatrixAppendVector(&scan->matrix, DatumGetArrayTypeP(values[0]), (float) w);

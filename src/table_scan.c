@@ -82,16 +82,17 @@ HasCast(Oid source, Oid target)
 }
 
 /*
- * The SELECT-list expression for a column: its quoted catalog name, cast to
+ * The SQL expression for a column of relid: its quoted catalog name, cast to
  * target when it is of another type, after checking that it exists, is a
  * user column, and can be cast.
  */
-static void
-AppendColumn(StringInfo sql, Oid relid, const char *column, const char *role,
-			 Oid target, const char *target_name, bool keep_float8_arrays)
+char *
+KmColumnSql(Oid relid, const char *column, const char *role, Oid target,
+			const char *target_name, bool keep_float8_arrays)
 {
 	AttrNumber	attnum = get_attnum(relid, column);
 	Oid			type;
+	const char *name;
 
 	if (attnum == InvalidAttrNumber)
 		ereport(ERROR,
@@ -110,17 +111,41 @@ AppendColumn(StringInfo sql, Oid relid, const char *column, const char *role,
 				 errmsg("%s column \"%s\" has type %s, which cannot be cast to %s",
 						role, column, format_type_be(type), target_name)));
 
-	if (sql->len > 0)
-		appendStringInfoString(sql, ", ");
-	else
-		appendStringInfoString(sql, "SELECT ");
-
+	name = quote_identifier(get_attname(relid, attnum, false));
 	if (type == target || (keep_float8_arrays && type == FLOAT8ARRAYOID))
-		appendStringInfoString(sql, quote_identifier(get_attname(relid, attnum, false)));
-	else
-		appendStringInfo(sql, "CAST(%s AS %s)",
-						 quote_identifier(get_attname(relid, attnum, false)),
-						 format_type_be_qualified(target));
+		return pstrdup(name);
+	return psprintf("CAST(%s AS %s)", name, format_type_be_qualified(target));
+}
+
+/* The vector column's expression: real[], or float8[] kept as it is. */
+char *
+KmVectorColumnSql(const KmScanSpec *spec)
+{
+	return KmColumnSql(spec->relid, spec->vector_column, "vector",
+					   FLOAT4ARRAYOID, "real[]", true);
+}
+
+/* The weight column's expression (float8), or NULL when there is none. */
+char *
+KmWeightColumnSql(const KmScanSpec *spec)
+{
+	if (spec->weight_column == NULL)
+		return NULL;
+	return KmColumnSql(spec->relid, spec->weight_column, "weight",
+					   FLOAT8OID, "double precision", false);
+}
+
+/* The relation's schema-qualified, quoted name; an ERROR when it is gone. */
+char *
+KmRelationSql(Oid relid)
+{
+	char	   *relname = get_rel_name(relid);
+
+	if (relname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", relid)));
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)), relname);
 }
 
 /*
@@ -132,27 +157,22 @@ void
 KmScanTable(const KmScanSpec *spec, KmScanRow callback, void *arg)
 {
 	StringInfoData sql;
-	char	   *relname = get_rel_name(spec->relid);
+	/* checked in this order: the relation, the vector, the weight, the id */
+	char	   *from = KmRelationSql(spec->relid);
+	char	   *vector = KmVectorColumnSql(spec);
+	char	   *weight = KmWeightColumnSql(spec);
 	KmReceiver	receiver;
 	int			ret;
 
-	if (relname == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation with OID %u does not exist", spec->relid)));
-
 	initStringInfo(&sql);
-	AppendColumn(&sql, spec->relid, spec->vector_column, "vector",
-				 FLOAT4ARRAYOID, "real[]", true);
-	if (spec->weight_column != NULL)
-		AppendColumn(&sql, spec->relid, spec->weight_column, "weight",
-					 FLOAT8OID, "double precision", false);
+	appendStringInfo(&sql, "SELECT %s", vector);
+	if (weight != NULL)
+		appendStringInfo(&sql, ", %s", weight);
 	if (spec->id_column != NULL)
-		AppendColumn(&sql, spec->relid, spec->id_column, "id",
-					 INT8OID, "bigint", false);
-	appendStringInfo(&sql, " FROM %s",
-					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(spec->relid)),
-												relname));
+		appendStringInfo(&sql, ", %s",
+						 KmColumnSql(spec->relid, spec->id_column, "id",
+									 INT8OID, "bigint", false));
+	appendStringInfo(&sql, " FROM %s", from);
 
 	memset(&receiver, 0, sizeof(receiver));
 	receiver.pub.receiveSlot = KmReceiveSlot;

@@ -82,6 +82,19 @@ KmCheckDimension(int expected, int got)
 }
 
 /*
+ * A row's weight: finite as a real, and not negative.
+ */
+void
+KmCheckWeight(double w)
+{
+	if (!(w >= 0) || !isfinite((float) w))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("weight %g is not allowed", w),
+				 errdetail("Weights must be finite, at most the largest real, and not negative.")));
+}
+
+/*
  * Copy dim float32 bit patterns from in to out; true when one of them is NaN
  * or infinite (all exponent bits set).  One pass without branches, which the
  * compiler vectorises (see the Makefile).
@@ -652,13 +665,14 @@ KmMatrixAppendVectorRow(KmMatrix *m, ArrayType *vec, float weight)
 void
 KmMatrixReleaseRows(KmMatrix *m)
 {
-	for (int c = 0; c < m->nchunks; c++)
+	for (int c = 0; c < m->nchunks && !m->borrowed; c++)
 		FreeRows(m->chunks[c].x);
 	m->nchunks = 0;
 	m->n = 0;
 	m->bytes = 0;
 	m->last_capacity = 0;
 	m->weights_next = NULL;
+	m->borrowed = false;
 }
 
 /*
@@ -687,6 +701,30 @@ KmMatrixAdopt(KmMatrix *dst, KmMatrix *src)
 	src->nchunks = 0;
 	src->n = 0;
 	src->bytes = 0;
+}
+
+/*
+ * Make the empty m the view of rows already gathered elsewhere, in memory
+ * that outlasts m and that m never frees (parallel_read.c's shared memory):
+ * nchunks chunks of dim values, input_rows rows offered (skipped ones
+ * included), bytes of memory held for them.
+ */
+void
+KmMatrixBorrow(KmMatrix *m, int dim, const km_chunk *chunks, int nchunks,
+			   int64 input_rows, Size bytes)
+{
+	Assert(m->n == 0 && m->nchunks == 0);
+	if (nchunks > 0)
+		m->dim = dim;			/* as a read that saw no row leaves it 0 */
+	GrowChunkArray(m, nchunks);
+	memcpy(m->chunks, chunks, sizeof(km_chunk) * nchunks);
+	m->nchunks = nchunks;
+	for (int c = 0; c < nchunks; c++)
+		m->n += chunks[c].n;
+	m->input_rows = input_rows;
+	m->bytes = bytes;
+	m->last_capacity = nchunks > 0 ? chunks[nchunks - 1].n : 0;	/* full: no appends */
+	m->borrowed = true;
 }
 
 /* The engine's view of the rows. */
