@@ -49,11 +49,13 @@ def main():
     cold, _ = session("\\timing on\n" + fit)
     times, out = session("SET max_parallel_workers_per_gather = 0;\n"
                          "SELECT (kmeans_fit('warm', 'v', 4, engine => 'gpu')).engine;\n"
-                         "\\timing on\n" + scan * 3 + fit * 3)
+                         "\\timing on\n" + scan * 3 + fit * 3 + "\\timing off\n"
+                         "SET max_parallel_workers_per_gather = 8;\n\\timing on\n" + scan * 3)
     if not re.search(rf"\b{ITERS}\s*\|\s*gpu", out):
         raise RuntimeError("the fit did not run 20 iterations on the GPU:\n" + out)
     scan_ms = min(times[1:3])
     fit_ms = min(times[3:6])
+    pscan_ms = min(times[6:9])  # for reference: the same scan by 8 parallel workers
     cpu, _ = session("\\timing on\n" + fit.replace("'gpu'", "'cpu'"))
     # where the time goes: the engine's own clock, from kmeans_gpu.verbose
     _, verbose = session("SELECT (kmeans_fit('warm', 'v', 4, engine => 'gpu')).engine;\n"
@@ -66,6 +68,7 @@ def main():
     floor_ms = scan_ms + ITERS * sgemm_ms
     print(f"table: {N} rows of real[{D}]; kmeans_fit k = {K}, {ITERS} iterations, k-means++ seeding")
     print(f"SELECT sum(cardinality(v)) in one backend: {scan_ms:9.1f} ms")
+    print(f"  the same with 8 parallel workers:       {pscan_ms:9.1f} ms")
     print(f"cuBLAS strict-fp32 SGEMM ({N}x{D})x({D}x{K}):  {sgemm_ms:9.3f} ms")
     print(f"kmeans_fit on the GPU (warm backend):     {fit_ms:9.1f} ms")
     print(f"kmeans_fit on the GPU (new backend):      {cold[0]:9.1f} ms")
