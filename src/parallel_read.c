@@ -560,7 +560,7 @@ ReadSharedInit(KmParallelRead *read, bool weighted)
  * goes into the segment, by as many processes as the plan has; the rows
  * skipped are counted in *n_skipped.  The blocks become m's chunks (m must
  * be empty; KmMatrixBorrow), and *positive_weight says whether a row weighs
- * more than 0.  false when the segment could not be created or proved too
+ * more than 0.  false, with neither set, when the segment could not be created or proved too
  * small: m is untouched, and the caller reads the relation in its own
  * backend.
  */
@@ -577,6 +577,7 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 	km_chunk   *chunks;
 	int			nchunks = 0;
 	int64		rows = 0;
+	int64		skipped;
 
 	TimestampTz start = GetCurrentTimestamp();
 
@@ -620,7 +621,7 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 	PG_END_TRY();
 	if (ret != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "kmeans scan failed: %s", SPI_result_code_string(ret));
-	*n_skipped = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	skipped = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (nestlevel >= 0)
 		AtEOXact_GUC(true, nestlevel);
 	SPI_finish();
@@ -652,7 +653,8 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 		nchunks++;
 		*positive_weight = *positive_weight || block->positive_weight;
 	}
-	KmMatrixBorrow(m, read->dim, chunks, nchunks, rows + *n_skipped, read->bytes);
+	KmMatrixBorrow(m, read->dim, chunks, nchunks, rows + skipped, read->bytes);
+	*n_skipped = skipped;
 	pfree(chunks);
 	/* the workers' pages, mapped here at once: the fit reads every one */
 	Prefault(BlockAt(shared, 0), (Size) claimed * shared->block_bytes, false);
