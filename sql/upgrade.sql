@@ -35,6 +35,13 @@ SELECT name, (m).k, (m).dim, (m).metric, (m).init, (m).n_rows FROM stored ORDER 
 -- waits for the update
 SELECT kmeans(v, 3, '{"seed": 5, "storage": "float16"}') FROM pts;
 
+-- 0.1 has no kmeans_read_row: kmeans_fit reads in one backend, even when
+-- asked for parallel workers
+SET kmeans_gpu.read_workers = 2;
+SELECT (m).n_rows, m = (SELECT s.m FROM stored s WHERE name = 'fit l2 weighted') AS same
+FROM (SELECT kmeans_fit('pts', 'v', 3, seed => 7, weight_column => 'w') AS m) q;
+RESET kmeans_gpu.read_workers;
+
 -- What every function says of the stored models under 0.1.
 CREATE TABLE before AS
 SELECT s.name, l.id, l.cluster_id, l.distance, kmeans_assign(s.m, p.v) AS assigned,

@@ -40,11 +40,15 @@
 #include "access/parallel.h"
 #include "access/table.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "nodes/value.h"
 #include "optimizer/cost.h"
 #include "optimizer/paths.h"
 #include "optimizer/plancat.h"
+#include "parser/parse_func.h"
 #include "port/atomics.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
@@ -416,6 +420,20 @@ EstimateRows(BlockNumber pages, double reltuples, BlockNumber relpages, int32 st
 }
 
 /*
+ * Whether the extension's SQL has kmeans_read_row: a database still at 0.1
+ * (before ALTER EXTENSION kmeans_gpu UPDATE) runs this library without it.
+ */
+static bool
+ReadFunctionExists(Oid func_namespace)
+{
+	Oid			argtypes[4] = {INT8OID, INT8OID, FLOAT4ARRAYOID, FLOAT8OID};
+	List	   *name = list_make2(makeString(get_namespace_name(func_namespace)),
+								  makeString("kmeans_read_row"));
+
+	return OidIsValid(LookupFuncName(name, 4, argtypes, true));
+}
+
+/*
  * Whether the dynamic shared memory of this server can give bytes: with
  * POSIX segments (the default on Linux) they are files in /dev/shm, which
  * containers often make small; asking for more than it has is an ERROR, so
@@ -474,7 +492,8 @@ KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace, const KmMatrix *m
 		get_rel_relkind(spec->relid) != RELKIND_MATVIEW)
 		return NULL;
 	/* without SELECT on the table, the read in one backend says what is missing */
-	if (pg_class_aclcheck(spec->relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+	if (pg_class_aclcheck(spec->relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+		!ReadFunctionExists(func_namespace))
 		return NULL;
 
 	/* the query of a serial read would take the same lock */
