@@ -1527,6 +1527,8 @@ bench(void)
 		{70000, 784, 10, 5, 45, -100, 1},
 		{70000, 784, 10, 3, 23, -100, 4},
 		{10000000, 96, 256, 2, 6, 1.2, 0},
+		/* the in-database benchmark's rows (test/gpu/db_benchmark.py): no clusters */
+		{1000000, 128, 1024, 2, 6, 1.2, 1},
 	};
 	cublas_fns	cb;
 	int			have_cublas = load_cublas(&cb);

@@ -452,6 +452,71 @@ kmg_lloyd_resize(const kmg_fit *f, kmg_lloyd_state *ls, int slot)
 }
 
 /*
+ * The tensor-core screen pays off while most rows have one or a few
+ * centroids near their best; a row with more than KMG_SCREEN_CANDS goes to
+ * the full settling, which recomputes all k distances, and rows with no
+ * cluster structure around them (uniform data) send a large share there:
+ * 1M x 128 uniform rows, k 1024, took 12.7 ms an iteration on the screen
+ * against 6.2 ms for the SGEMM of the float32 filter (H200, README).  So
+ * once an iteration sends more than this fraction of the rows to the full
+ * settling, the fit goes on with the float32 filter (labels and model the
+ * same either way: both settle close calls exactly).
+ * KMG_SCREEN_GIVE_WAY=fraction in the environment overrides it ("off":
+ * never; "always": after the first iteration), for the benchmarks and the
+ * tests of the switch.
+ */
+#define KMG_SCREEN_FULL_MAX 0.05
+
+static double
+kmg_screen_give_way_fraction(void)
+{
+	const char *env = getenv("KMG_SCREEN_GIVE_WAY");
+
+	if (env == NULL)
+		return KMG_SCREEN_FULL_MAX;
+	if (strcmp(env, "off") == 0)
+		return INFINITY;
+	if (strcmp(env, "always") == 0)
+		return -1.0;
+	return atof(env);
+}
+
+/*
+ * After iteration `iters` (its statistics in stats): leave the screen for
+ * the float32 filter when it sent too many rows to the full settling.  The
+ * iterations already queued keep the screen (the stream drains them before
+ * their graph goes); the plan and the kernels' arguments of the next ones
+ * (the bounds, which only the screen keeps, go with it) are the float32
+ * filter's, whose buffers every filter plan has, captured in a new graph.
+ */
+static km_status
+kmg_screen_give_way(kmg_fit *f, const kmg_lloyd_state *ls, const kmg_stat *stats, int iters,
+					km_error *err)
+{
+	const double frac = kmg_screen_give_way_fraction();
+	km_status	st = KM_OK;
+
+	if (f->sh.plan.screen == KMG_SCREEN_FP32 || kmg_plan_fused(&f->sh.plan) || iters < 1 ||
+		(double) stats[iters - 1].ambiguous <= frac * (double) f->sh.n)
+		return KM_OK;
+	KMG_CK(cudaStreamSynchronize(f->s));
+	if (f->graph != NULL)
+		KMG_CK(cudaGraphExecDestroy(f->graph));
+	f->graph = NULL;
+	f->sh.plan.screen = KMG_SCREEN_FP32;
+	f->sh.plan.wgmma = 0;
+	f->w.a.screen = 0;
+	f->w.a.bounded = 0;
+	kmg_make_graph(f);
+	if (ls->verbose)
+		fprintf(stderr, "kmg: iteration %d sent %d of %lld rows to the full settling: "
+				"the float32 filter from now on\n", iters, stats[iters - 1].ambiguous,
+				(long long) f->sh.n);
+done:
+	return st;
+}
+
+/*
  * Report iterations [reported, upto) to the caller from their statistics;
  * KM_ERR_CANCELLED when it asks to stop.
  */
@@ -565,6 +630,8 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 			kmg_lloyd_trace(&ls, slot, snap, stats);
 		kmg_lloyd_resize(f, &ls, slot);
 		if ((st = kmg_lloyd_report(f, &ls, stats, snap->iter, err)) != KM_OK)
+			goto done;
+		if ((st = kmg_screen_give_way(f, &ls, stats, snap->iter, err)) != KM_OK)
 			goto done;
 		if (kmg_poll(f->hooks))
 		{
