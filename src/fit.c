@@ -28,6 +28,13 @@ typedef struct KmFitScan
 	char	   *read_report;	/* a parallel read: what it took (verbose) */
 } KmFitScan;
 
+/* An estimate of rows as a count (clamped, for the sizes computed from it). */
+static int64
+EstimatedRows(double estimate)
+{
+	return (int64) Min(estimate, (double) PG_INT64_MAX / 2);
+}
+
 /*
  * Before the rows are gathered: check the memory the whole table will need,
  * from its statistics.
@@ -35,7 +42,7 @@ typedef struct KmFitScan
 static void
 CheckTableMemory(const KmFitScan *scan, int dim)
 {
-	int64		rows = (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2);
+	int64		rows = EstimatedRows(scan->estimated_rows);
 
 	if (rows > 0)
 		KmCheckMemory(KmFitMemory(rows, dim, Min(scan->opts->k, rows),
@@ -73,7 +80,7 @@ FirstRow(KmFitScan *scan, int dim)
 	scan->first_row_seen = true;
 	CheckTableMemory(scan, dim);
 	scan->matrix.dim = dim;
-	StartGpu(scan, (int64) Min(scan->estimated_rows, (double) PG_INT64_MAX / 2));
+	StartGpu(scan, EstimatedRows(scan->estimated_rows));
 }
 
 /*
@@ -133,9 +140,9 @@ ReadRowsInParallel(const KmScanSpec *spec, Oid func_namespace, KmFitScan *scan)
 	 * Rows that stream to the GPU go from this backend straight into pinned
 	 * memory as they are read; through shared memory they would be copied
 	 * once more, by this backend alone, which costs more than the workers
-	 * save (README, "Reading the rows").
+	 * save (README, kmeans_fit, "Reading with parallel workers").
 	 */
-	estimate = (int64) Min(KmParallelReadEstimate(read), (double) PG_INT64_MAX / 2);
+	estimate = EstimatedRows(KmParallelReadEstimate(read));
 	if (choice != KM_ENGINE_CPU &&
 		KmRouteStream(choice, estimate, KmParallelReadDim(read), Min(scan->opts->k, Max(estimate, 1)),
 					  scan->opts->metric, scan->opts->storage, scan->weighted) != NULL)

@@ -152,7 +152,7 @@ extern const float *KmMatrixAppendVectorRow(KmMatrix *m, ArrayType *vec, float w
 extern void KmMatrixReleaseRows(KmMatrix *m);
 extern void KmMatrixAdopt(KmMatrix *dst, KmMatrix *src);
 extern void KmMatrixBorrow(KmMatrix *m, int dim, const km_chunk *chunks, int nchunks,
-						   int64 input_rows, Size bytes);
+						   int64 skipped, Size bytes);
 extern km_data KmMatrixData(const KmMatrix *m);
 extern void KmCheckMemory(Size needed, const char *what);
 

@@ -112,8 +112,11 @@ struct KmParallelRead
 	Oid			relid;
 	int			dim;
 	double		estimated_rows;
+	bool		weighted;
 	bool		cosine;
 	km_storage	storage;
+	int64		block_rows;		/* rows a block holds */
+	uint32		nblocks;
 	Size		bytes;			/* of the segment */
 	dsm_segment *seg;			/* NULL once detached */
 	int			processes;		/* that took part in the read */
@@ -473,8 +476,7 @@ KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace, const KmMatrix *m
 	BlockNumber pages;
 	BlockNumber relpages;
 	double		reltuples;
-	Size		row_bytes;
-	int64		block_rows;
+	char		relkind;
 	double		blocks;
 
 	if (kmeans_read_workers == 0 || planned_workers == 0 || IsInParallelMode())
@@ -486,10 +488,11 @@ KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace, const KmMatrix *m
 	read->vector = KmVectorColumnSql(spec);
 	read->weight = KmWeightColumnSql(spec);
 	read->relid = spec->relid;
+	read->weighted = m->weighted;
 	read->cosine = m->cosine;
 	read->storage = m->storage;
-	if (get_rel_relkind(spec->relid) != RELKIND_RELATION &&
-		get_rel_relkind(spec->relid) != RELKIND_MATVIEW)
+	relkind = get_rel_relkind(spec->relid);
+	if (relkind != RELKIND_RELATION && relkind != RELKIND_MATVIEW)
 		return NULL;
 	/* without SELECT on the table, the read in one backend says what is missing */
 	if (pg_class_aclcheck(spec->relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
@@ -511,16 +514,17 @@ KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace, const KmMatrix *m
 		return NULL;
 	read->estimated_rows = EstimateRows(pages, reltuples, relpages, stored_bytes);
 
-	row_bytes = sizeof(float) * (Size) read->dim + (spec->weight_column != NULL ? sizeof(float) : 0);
-	block_rows = Max(1, (int64) ((KM_READ_BLOCK_BYTES - 3 * KM_READ_ALIGN) / row_bytes));
+	/* blocks of about KM_READ_BLOCK_BYTES, at least a row each */
+	read->block_rows = Max(1, (int64) ((KM_READ_BLOCK_BYTES - 3 * KM_READ_ALIGN) /
+									   (sizeof(float) * ((Size) read->dim + read->weighted))));
 	/* each process may leave one block partly filled */
-	blocks = ceil(read->estimated_rows * KM_READ_SLACK / block_rows) + planned_workers + 1;
+	blocks = ceil(read->estimated_rows * KM_READ_SLACK / read->block_rows) + planned_workers + 1;
 	if (blocks > PG_UINT32_MAX / 2 ||
-		blocks * BlockBytes(block_rows, read->dim, spec->weight_column != NULL) >
-		(double) KmMaxMemoryBytes())
+		blocks * BlockBytes(read->block_rows, read->dim, read->weighted) > (double) KmMaxMemoryBytes())
 		return NULL;
+	read->nblocks = (uint32) blocks;
 	read->bytes = KM_READ_HEADER_BYTES +
-		(Size) blocks * BlockBytes(block_rows, read->dim, spec->weight_column != NULL);
+		(Size) read->nblocks * BlockBytes(read->block_rows, read->dim, read->weighted);
 	if (!SharedMemoryHasRoom(read->bytes))
 		return NULL;
 
@@ -545,10 +549,9 @@ KmParallelReadEstimate(const KmParallelRead *read)
 
 /* Fill in the segment's header and its blocks' (the memory may be reused). */
 static KmReadShared *
-ReadSharedInit(KmParallelRead *read, bool weighted)
+ReadSharedInit(KmParallelRead *read)
 {
 	KmReadShared *shared = (KmReadShared *) dsm_segment_address(read->seg);
-	Size		row_bytes = sizeof(float) * (Size) read->dim + (weighted ? sizeof(float) : 0);
 	uint64		token;
 
 	if (!pg_strong_random(&token, sizeof(token)))
@@ -560,12 +563,12 @@ ReadSharedInit(KmParallelRead *read, bool weighted)
 	shared->token = token & PG_INT64_MAX;	/* a bigint literal in the query */
 	shared->owner_pid = MyProcPid;
 	shared->dim = read->dim;
-	shared->weighted = weighted;
+	shared->weighted = read->weighted;
 	shared->cosine = read->cosine;
 	shared->storage = read->storage;
-	shared->block_rows = Max(1, (int64) ((KM_READ_BLOCK_BYTES - 3 * KM_READ_ALIGN) / row_bytes));
-	shared->block_bytes = BlockBytes(shared->block_rows, read->dim, weighted);
-	shared->nblocks = (uint32) ((read->bytes - KM_READ_HEADER_BYTES) / shared->block_bytes);
+	shared->block_rows = read->block_rows;
+	shared->block_bytes = BlockBytes(read->block_rows, read->dim, read->weighted);
+	shared->nblocks = read->nblocks;
 	pg_atomic_init_u32(&shared->next_block, 0);
 	pg_atomic_init_u32(&shared->overflow, 0);
 	pg_atomic_init_u32(&shared->processes, 0);
@@ -579,14 +582,14 @@ ReadSharedInit(KmParallelRead *read, bool weighted)
  * goes into the segment, by as many processes as the plan has; the rows
  * skipped are counted in *n_skipped.  The blocks become m's chunks (m must
  * be empty; KmMatrixBorrow), and *positive_weight says whether a row weighs
- * more than 0.  false, with neither set, when the segment could not be created or proved too
- * small: m is untouched, and the caller reads the relation in its own
- * backend.
+ * more than 0.  false, with neither set, when the segment could not be
+ * created or proved too small: m is untouched, and the caller reads the
+ * relation in its own backend.
  */
 bool
 KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *positive_weight)
 {
-	bool		weighted = read->weight != NULL;
+	bool		weighted = read->weighted;
 	KmReadShared *shared;
 	char	   *sql;
 	int			nestlevel = -1;
@@ -595,7 +598,6 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 	uint32		claimed;
 	km_chunk   *chunks;
 	int			nchunks = 0;
-	int64		rows = 0;
 	int64		skipped;
 
 	TimestampTz start = GetCurrentTimestamp();
@@ -608,7 +610,7 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 	read->cb.func = ReadContextGone;
 	read->cb.arg = read;
 	MemoryContextRegisterResetCallback(m->context, &read->cb);
-	shared = ReadSharedInit(read, weighted);
+	shared = ReadSharedInit(read);
 	read->create_us = GetCurrentTimestamp() - start;
 	start = GetCurrentTimestamp();
 
@@ -668,11 +670,10 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 		chunks[nchunks].x = BlockRows(block);
 		chunks[nchunks].w = weighted ? BlockWeights(shared, block) : NULL;
 		chunks[nchunks].n = block->n;
-		rows += block->n;
 		nchunks++;
 		*positive_weight = *positive_weight || block->positive_weight;
 	}
-	KmMatrixBorrow(m, read->dim, chunks, nchunks, rows + skipped, read->bytes);
+	KmMatrixBorrow(m, read->dim, chunks, nchunks, skipped, read->bytes);
 	*n_skipped = skipped;
 	pfree(chunks);
 	/* the workers' pages, mapped here at once: the fit reads every one */

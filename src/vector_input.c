@@ -706,12 +706,12 @@ KmMatrixAdopt(KmMatrix *dst, KmMatrix *src)
 /*
  * Make the empty m the view of rows already gathered elsewhere, in memory
  * that outlasts m and that m never frees (parallel_read.c's shared memory):
- * nchunks chunks of dim values, input_rows rows offered (skipped ones
- * included), bytes of memory held for them.
+ * nchunks chunks of dim values, skipped rows offered without a vector,
+ * bytes of memory held for them.
  */
 void
 KmMatrixBorrow(KmMatrix *m, int dim, const km_chunk *chunks, int nchunks,
-			   int64 input_rows, Size bytes)
+			   int64 skipped, Size bytes)
 {
 	Assert(m->n == 0 && m->nchunks == 0);
 	if (nchunks > 0)
@@ -721,7 +721,7 @@ KmMatrixBorrow(KmMatrix *m, int dim, const km_chunk *chunks, int nchunks,
 	m->nchunks = nchunks;
 	for (int c = 0; c < nchunks; c++)
 		m->n += chunks[c].n;
-	m->input_rows = input_rows;
+	m->input_rows = m->n + skipped;
 	m->bytes = bytes;
 	m->last_capacity = nchunks > 0 ? chunks[nchunks - 1].n : 0;	/* full: no appends */
 	m->borrowed = true;

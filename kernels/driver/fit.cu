@@ -363,6 +363,7 @@ typedef struct kmg_lloyd_state
 	double		last_done;		/* when the last batch was seen done */
 	int			relocated;		/* clusters re-seeded in the run */
 	int			verbose;		/* KMG_VERBOSE=1: every batch on stderr */
+	double		give_way;		/* kmg_screen_give_way's fraction of the rows */
 	double		vlast;
 } kmg_lloyd_state;
 
@@ -493,11 +494,11 @@ static km_status
 kmg_screen_give_way(kmg_fit *f, const kmg_lloyd_state *ls, const kmg_stat *stats, int iters,
 					km_error *err)
 {
-	const double frac = kmg_screen_give_way_fraction();
 	km_status	st = KM_OK;
 
-	if (f->sh.plan.screen == KMG_SCREEN_FP32 || kmg_plan_fused(&f->sh.plan) || iters < 1 ||
-		(double) stats[iters - 1].ambiguous <= frac * (double) f->sh.n)
+	/* (a fused plan has no screen: its plan says KMG_SCREEN_FP32) */
+	if (f->sh.plan.screen == KMG_SCREEN_FP32 || iters < 1 ||
+		(double) stats[iters - 1].ambiguous <= ls->give_way * (double) f->sh.n)
 		return KM_OK;
 	KMG_CK(cudaStreamSynchronize(f->s));
 	if (f->graph != NULL)
@@ -603,6 +604,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	ls.max_iter = f->params->max_iter;
 	ls.batch = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
 	ls.verbose = venv != NULL && venv[0] == '1';
+	ls.give_way = kmg_screen_give_way_fraction();
 	ls.vlast = kmg_now();
 	*stop_out = KMG_RUN;
 	*iters_out = 0;
