@@ -3,7 +3,7 @@
 -- kmeans_read_row refusing any caller but kmeans_fit's read.
 SET extra_float_digits = 0;
 LOAD 'kmeans_gpu';
-SET kmeans_gpu.engine = 'cpu';	-- rows streaming to a GPU are read in one backend
+SET kmeans_gpu.engine = 'cpu';	-- the CPU's read: rows for one GPU go through a ring (test/tap/64_parallel_read_gpu.sql)
 
 SHOW kmeans_gpu.read_workers;
 SET kmeans_gpu.read_workers = -2;

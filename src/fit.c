@@ -24,6 +24,7 @@ typedef struct KmFitScan
 	double		estimated_rows; /* from statistics, for the early memory check */
 	const KmOptions *opts;
 	bool		first_row_seen;
+	bool		gpu_declined;	/* the GPU would not take the stream (under 'auto') */
 	int64		gpu_setup_us;	/* starting the stream to the GPU (verbose) */
 	char	   *read_report;	/* a parallel read: what it took (verbose) */
 } KmFitScan;
@@ -125,7 +126,8 @@ ScanRows(const KmFitScan *scan)
 /*
  * A large table read by parallel workers into shared memory: true when it
  * was (scan->matrix has the rows, or the GPU has them), false when the
- * caller must read it in this backend.
+ * caller must read it in this backend (into the GPU's sink when one was
+ * started).
  */
 static bool
 ReadRowsInParallel(const KmScanSpec *spec, Oid func_namespace, KmFitScan *scan)
@@ -136,16 +138,39 @@ ReadRowsInParallel(const KmScanSpec *spec, Oid func_namespace, KmFitScan *scan)
 
 	if (read == NULL)
 		return false;
-	/*
-	 * Rows that stream to the GPU go from this backend straight into pinned
-	 * memory as they are read; through shared memory they would be copied
-	 * once more, by this backend alone, which costs more than the workers
-	 * save (README, kmeans_fit, "Reading with parallel workers").
-	 */
 	estimate = EstimatedRows(KmParallelReadEstimate(read));
 	if (choice != KM_ENGINE_CPU &&
 		KmRouteStream(choice, estimate, KmParallelReadDim(read), Min(scan->opts->k, Max(estimate, 1)),
 					  scan->opts->metric, scan->opts->storage, scan->weighted) != NULL)
+	{
+		/*
+		 * Rows that stream to the GPU go there through a ring of shared
+		 * memory, drained while the workers fill it (parallel_read.c).  A fit
+		 * that keeps its rows on the host too (seeded there) reads them in
+		 * this backend, straight into pinned memory: through shared memory
+		 * they would be copied once more, by this backend alone (README,
+		 * kmeans_fit, "Reading with parallel workers").
+		 */
+		if (!KmInitOnGpu(scan->opts->init))
+			return false;
+		FirstRow(scan, KmParallelReadDim(read));
+		if (scan->gpu != NULL)
+		{
+			if (KmParallelReadStream(read, scan->gpu, scan->matrix.context,
+									 &scan->n_skipped, &scan->weight_positive))
+			{
+				scan->read_report = KmParallelReadReport(read);
+				return true;
+			}
+			/* the GPU gave up (under 'auto'): the rows are read again, for the CPU */
+			if (!KmGpuSinkLive(scan->gpu))
+				scan->gpu = NULL;
+			return false;
+		}
+		/* the GPU declined (under 'auto'): the rows stay on the host, for the CPU */
+		scan->gpu_declined = true;
+	}
+	if (!KmParallelReadHasRoom(read))
 		return false;
 	CheckTableMemory(scan, KmParallelReadDim(read));
 	if (!KmParallelReadRun(read, &scan->matrix, &scan->n_skipped, &scan->weight_positive))
@@ -157,7 +182,7 @@ ReadRowsInParallel(const KmScanSpec *spec, Oid func_namespace, KmFitScan *scan)
 	}
 	scan->read_report = KmParallelReadReport(read);
 	scan->first_row_seen = scan->matrix.n > 0;
-	if (scan->matrix.n > 0)
+	if (scan->matrix.n > 0 && !scan->gpu_declined)
 	{
 		StartGpu(scan, scan->matrix.n);
 		/* the rows went to the GPU only: give their memory back now */

@@ -737,6 +737,74 @@ KmGpuSinkFinish(KmGpuSink *sink)
 }
 
 /*
+ * Feed the sink from ring, which other processes fill (the parallel read's
+ * ring, parallel_read.c): a thread of the dataset drains it (dataset.cu)
+ * until KmGpuSinkDrainFinish.  The sink must hold no host rows and nothing
+ * staged.  false when CUDA cannot register the ring's memory (the sink is
+ * as it was: the caller reads the rows otherwise) or the GPU gave up (an
+ * ERROR when raise; else the sink is dead).
+ */
+bool
+KmGpuSinkDrainStart(KmGpuSink *sink, const km_ring *ring)
+{
+	km_error	err;
+	km_status	st;
+
+	Assert(sink->host == NULL && sink->stage == NULL);
+	if (sink->ds == NULL)
+		return false;
+	memset(&err, 0, sizeof(err));
+	st = sink->api->dataset_drain_start(sink->ds, ring, &err);
+	if (st == KM_ERR_UNAVAILABLE)
+	{
+		if (kmeans_verbose)
+			ereport(INFO, (errmsg("kmeans_fit: reading in one process: %s", err.message)));
+		return false;
+	}
+	if (st != KM_OK)
+	{
+		SinkFree(sink);
+		KmGpuFailed(st, err.message, sink->raise);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The ring's writers are done: the rest of the ring goes to the GPU, and
+ * the drain ends.  The sink then counts the rows drained, and
+ * *positive_weight says whether one weighs more than 0.  false when the
+ * GPU gave up (as KmGpuSinkDrainStart).
+ */
+bool
+KmGpuSinkDrainFinish(KmGpuSink *sink, bool *positive_weight)
+{
+	km_error	err;
+	km_status	st;
+	int			positive = 0;
+
+	memset(&err, 0, sizeof(err));
+	st = sink->api->dataset_drain_finish(sink->ds, &positive, &err);
+	if (st != KM_OK)
+	{
+		SinkFree(sink);
+		KmGpuFailed(st, err.message, sink->raise);
+		return false;
+	}
+	sink->n = sink->api->dataset_rows(sink->ds);
+	*positive_weight = positive != 0;
+	return true;
+}
+
+/* End a drain at once (an error, before the ring's memory goes). */
+void
+KmGpuSinkDrainStop(KmGpuSink *sink)
+{
+	if (sink->ds != NULL)
+		sink->api->dataset_drain_stop(sink->ds);
+}
+
+/*
  * A fit on the GPU: on the rows streamed to sink (finished), or, with sink
  * NULL, on the host rows of data as route says (gpu_plan.c): on the one
  * GPU, or split over its layout's logical devices, in memory or out of

@@ -268,6 +268,9 @@ extern int	KmParallelReadDim(const KmParallelRead *read);
 extern double KmParallelReadEstimate(const KmParallelRead *read);
 extern bool KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped,
 							  bool *positive_weight);
+extern bool KmParallelReadHasRoom(const KmParallelRead *read);
+extern bool KmParallelReadStream(KmParallelRead *read, KmGpuSink *sink, MemoryContext context,
+								 int64 *n_skipped, bool *positive_weight);
 extern char *KmParallelReadReport(const KmParallelRead *read);
 extern void KmParallelReadRelease(KmParallelRead *read);
 
@@ -319,6 +322,9 @@ extern int64 KmGpuSinkRows(const KmGpuSink *sink);
 extern bool KmGpuSinkLive(const KmGpuSink *sink);
 extern bool KmGpuSinkHostRows(const KmGpuSink *sink);
 extern bool KmGpuSinkFinish(KmGpuSink *sink);
+extern bool KmGpuSinkDrainStart(KmGpuSink *sink, const km_ring *ring);
+extern bool KmGpuSinkDrainFinish(KmGpuSink *sink, bool *positive_weight);
+extern void KmGpuSinkDrainStop(KmGpuSink *sink);
 extern km_status KmGpuFit(const KmFitRoute *route, KmGpuSink *sink, const km_data *data,
 						  const km_params *params, const km_hooks *hooks, km_result *result,
 						  km_error *err);

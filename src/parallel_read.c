@@ -24,6 +24,18 @@
  * (statistics far out of date), every process stops writing, the segment is
  * dropped, and kmeans_fit reads the table again in its own backend.
  *
+ * Rows bound for one GPU (gpu.c's stream) need not stay in host memory:
+ * there the segment is a ring of small blocks (KmParallelReadStream), each
+ * handed back to the writers once the GPU has it.  A writer takes a free
+ * block, fills it and marks it full; a thread of the backend (dataset.cu's
+ * drain) copies full blocks to the device by DMA from the segment itself,
+ * registered with CUDA, while the query runs.  So no process copies the
+ * rows a second time, and the segment is a few MB per process whatever the
+ * table's size: a segment for every row would cost its fresh pages (58-107
+ * ms for 576 MB on an H200 host) and then as much again to register or copy
+ * (kernels/bench/bench_upload.cu).  The ring never overflows: a writer that
+ * finds every block taken waits for one.
+ *
  * kmeans_read_row writes only into a segment whose header carries the
  * random token given in the query and whose owner is the caller's own
  * backend or the leader of its parallel group: called by hand, with any
@@ -68,6 +80,8 @@
 #define KM_READ_MAGIC	UINT64CONST(0x6b6d6770755f7264)
 #define KM_READ_ALIGN	64		/* a cache line, as KmMatrix aligns its rows */
 #define KM_READ_BLOCK_BYTES ((Size) 4 * 1024 * 1024)
+#define KM_READ_RING_BLOCK_BYTES ((Size) 1024 * 1024)
+#define KM_READ_RING_BLOCKS_PER_PROCESS 4
 #define KM_READ_HEADER_BYTES TYPEALIGN(KM_READ_ALIGN, sizeof(KmReadShared))
 
 /* Rows the estimate is raised by (statistics lag behind the table). */
@@ -82,25 +96,25 @@ typedef struct KmReadShared
 	int			dim;
 	bool		weighted;
 	bool		cosine;
+	bool		ring;			/* the blocks are a ring drained to the GPU */
 	km_storage	storage;
 	int64		block_rows;		/* rows a block holds */
 	Size		block_bytes;
 	uint32		nblocks;
-	pg_atomic_uint32 next_block;	/* the next block to claim */
+	pg_atomic_uint32 next_block;	/* the next block to claim (ring: where to look first) */
 	pg_atomic_uint32 overflow;	/* a process found no block left */
 	pg_atomic_uint32 processes; /* processes that called kmeans_read_row */
+	uint32		ring_failed;	/* the drain stopped on an error (km_ring.failed) */
 } KmReadShared;
 
 /*
  * At the start of each block, on a cache line of its own; one process
- * writes the block.  Its rows follow (block_rows x dim floats), then their
- * weights when the fit is weighted, each part aligned to a cache line.
+ * writes the block at a time.  Its rows follow (block_rows x dim floats),
+ * then their weights when the fit is weighted, each part aligned to a cache
+ * line.  The header is the GPU drain's (km_ring_block): rows written, one of
+ * them weighing more than 0, and, in a ring, the block's state.
  */
-typedef struct KmReadBlock
-{
-	int64		n;				/* rows written */
-	bool		positive_weight;	/* one of them weighs more than 0 */
-} KmReadBlock;
+typedef km_ring_block KmReadBlock;
 
 /* What kmeans_fit's backend keeps about its read. */
 struct KmParallelRead
@@ -115,9 +129,13 @@ struct KmParallelRead
 	bool		weighted;
 	bool		cosine;
 	km_storage	storage;
+	int			planned_workers;
 	int64		block_rows;		/* rows a block holds */
 	uint32		nblocks;
 	Size		bytes;			/* of the segment */
+	bool		has_room;		/* a segment for every row fits memory and /dev/shm */
+	bool		ring;			/* the segment is a ring drained to the GPU */
+	KmGpuSink  *drain;			/* the sink draining the ring, until it is done */
 	dsm_segment *seg;			/* NULL once detached */
 	int			processes;		/* that took part in the read */
 	int64		create_us;		/* creating the segment */
@@ -146,6 +164,14 @@ BlockBytes(int64 rows, int dim, bool weighted)
 		(weighted ? TYPEALIGN(KM_READ_ALIGN, sizeof(float) * rows) : 0);
 }
 
+/* Rows a block of about bytes holds (at least one). */
+static inline int64
+BlockRowsFor(Size bytes, int dim, bool weighted)
+{
+	return Max(1, (int64) ((bytes - 3 * KM_READ_ALIGN) /
+						   (sizeof(float) * ((Size) dim + weighted))));
+}
+
 static inline KmReadBlock *
 BlockAt(KmReadShared *shared, uint32 b)
 {
@@ -158,11 +184,17 @@ BlockRows(KmReadBlock *block)
 	return (float *) ((char *) block + KM_READ_ALIGN);
 }
 
+/* Where a block's weights begin, from the block's start. */
+static inline Size
+WeightsOffset(int64 block_rows, int dim)
+{
+	return KM_READ_ALIGN + TYPEALIGN(KM_READ_ALIGN, sizeof(float) * (Size) dim * block_rows);
+}
+
 static inline float *
 BlockWeights(const KmReadShared *shared, KmReadBlock *block)
 {
-	return (float *) ((char *) BlockRows(block) +
-					  TYPEALIGN(KM_READ_ALIGN, sizeof(float) * (Size) shared->dim * shared->block_rows));
+	return (float *) ((char *) block + WeightsOffset(shared->block_rows, shared->dim));
 }
 
 /*
@@ -287,6 +319,40 @@ WriterClaimBlock(KmReadShared *shared)
 	return true;
 }
 
+/*
+ * A free block of the ring for this process, waiting while every block is
+ * taken (the drain hands them back as the GPU takes their rows); false when
+ * the drain stopped on an error, after which nothing is written.
+ */
+static bool
+WriterClaimRingBlock(KmReadShared *shared)
+{
+	uint32		start = pg_atomic_fetch_add_u32(&shared->next_block, 1);
+
+	for (;;)
+	{
+		for (uint32 i = 0; i < shared->nblocks; i++)
+		{
+			KmReadBlock *block = BlockAt(shared, (start + i) % shared->nblocks);
+			uint32		expected = KM_RING_FREE;
+
+			/* acquire: the drain's reset of the block comes before its FREE */
+			if (__atomic_load_n(&block->state, __ATOMIC_RELAXED) == KM_RING_FREE &&
+				__atomic_compare_exchange_n(&block->state, &expected, KM_RING_FILLING, false,
+											__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			{
+				writer.block = block;
+				Prefault(block, shared->block_bytes, true);
+				return true;
+			}
+		}
+		if (__atomic_load_n(&shared->ring_failed, __ATOMIC_ACQUIRE) != 0)
+			return false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(50);
+	}
+}
+
 PG_FUNCTION_INFO_V1(kmeans_read_row);
 
 /*
@@ -325,8 +391,8 @@ kmeans_read_row(PG_FUNCTION_ARGS)
 	KmCheckDimension(shared->dim, dim);
 
 	if ((writer.block == NULL || writer.block->n == shared->block_rows) &&
-		!WriterClaimBlock(shared))
-		PG_RETURN_BOOL(true);	/* no room: this read will be repeated */
+		!(shared->ring ? WriterClaimRingBlock(shared) : WriterClaimBlock(shared)))
+		PG_RETURN_BOOL(true);	/* no room, or the GPU failed: the fit says so */
 	block = writer.block;
 	row = BlockRows(block) + (Size) dim * block->n;
 	if (shared->storage == KM_STORAGE_FLOAT32)
@@ -341,11 +407,17 @@ kmeans_read_row(PG_FUNCTION_ARGS)
 	{
 		BlockWeights(shared, block)[block->n] = (float) w;
 		if (w > 0)
-			block->positive_weight = true;
+			block->positive_weight = 1;
 	}
 	/* the row, streamed, is in memory before the count that makes it visible */
 	KmStoreFence();
 	block->n++;
+	if (shared->ring && block->n == shared->block_rows)
+	{
+		/* full: the drain's to copy; release, after the rows and the count */
+		__atomic_store_n(&block->state, KM_RING_FULL, __ATOMIC_RELEASE);
+		writer.block = NULL;
+	}
 	PG_RETURN_BOOL(true);
 }
 
@@ -356,7 +428,13 @@ ReadForget(dsm_segment *seg, Datum arg)
 	KmParallelRead *read = (KmParallelRead *) DatumGetPointer(arg);
 
 	if (read->seg == seg)
+	{
+		/* a drain still running must end before the ring's memory goes */
+		if (read->drain != NULL)
+			KmGpuSinkDrainStop(read->drain);
+		read->drain = NULL;
 		read->seg = NULL;
+	}
 }
 
 /* Memory context callback: the rows' context goes, and the segment with it. */
@@ -514,19 +592,19 @@ KmParallelReadPlan(const KmScanSpec *spec, Oid func_namespace, const KmMatrix *m
 		return NULL;
 	read->estimated_rows = EstimateRows(pages, reltuples, relpages, stored_bytes);
 
+	read->planned_workers = planned_workers;
 	/* blocks of about KM_READ_BLOCK_BYTES, at least a row each */
-	read->block_rows = Max(1, (int64) ((KM_READ_BLOCK_BYTES - 3 * KM_READ_ALIGN) /
-									   (sizeof(float) * ((Size) read->dim + read->weighted))));
+	read->block_rows = BlockRowsFor(KM_READ_BLOCK_BYTES, read->dim, read->weighted);
 	/* each process may leave one block partly filled */
 	blocks = ceil(read->estimated_rows * KM_READ_SLACK / read->block_rows) + planned_workers + 1;
-	if (blocks > PG_UINT32_MAX / 2 ||
-		blocks * BlockBytes(read->block_rows, read->dim, read->weighted) > (double) KmMaxMemoryBytes())
-		return NULL;
-	read->nblocks = (uint32) blocks;
-	read->bytes = KM_READ_HEADER_BYTES +
-		(Size) read->nblocks * BlockBytes(read->block_rows, read->dim, read->weighted);
-	if (!SharedMemoryHasRoom(read->bytes))
-		return NULL;
+	if (blocks <= PG_UINT32_MAX / 2 &&
+		blocks * BlockBytes(read->block_rows, read->dim, read->weighted) <= (double) KmMaxMemoryBytes())
+	{
+		read->nblocks = (uint32) blocks;
+		read->bytes = KM_READ_HEADER_BYTES +
+			(Size) read->nblocks * BlockBytes(read->block_rows, read->dim, read->weighted);
+		read->has_room = SharedMemoryHasRoom(read->bytes);
+	}
 
 	read->function = psprintf("%s.kmeans_read_row",
 							  quote_identifier(get_namespace_name(func_namespace)));
@@ -547,6 +625,16 @@ KmParallelReadEstimate(const KmParallelRead *read)
 	return read->estimated_rows;
 }
 
+/*
+ * Whether a segment for every row (KmParallelReadRun) fits kmeans_gpu.max_memory
+ * and /dev/shm; a ring (KmParallelReadStream) needs only a few MB.
+ */
+bool
+KmParallelReadHasRoom(const KmParallelRead *read)
+{
+	return read->has_room;
+}
+
 /* Fill in the segment's header and its blocks' (the memory may be reused). */
 static KmReadShared *
 ReadSharedInit(KmParallelRead *read)
@@ -565,6 +653,7 @@ ReadSharedInit(KmParallelRead *read)
 	shared->dim = read->dim;
 	shared->weighted = read->weighted;
 	shared->cosine = read->cosine;
+	shared->ring = read->ring;
 	shared->storage = read->storage;
 	shared->block_rows = read->block_rows;
 	shared->block_bytes = BlockBytes(read->block_rows, read->dim, read->weighted);
@@ -578,46 +667,48 @@ ReadSharedInit(KmParallelRead *read)
 }
 
 /*
- * Run the read: every row of the relation that the calling role may see
- * goes into the segment, by as many processes as the plan has; the rows
- * skipped are counted in *n_skipped.  The blocks become m's chunks (m must
- * be empty; KmMatrixBorrow), and *positive_weight says whether a row weighs
- * more than 0.  false, with neither set, when the segment could not be
- * created or proved too small: m is untouched, and the caller reads the
- * relation in its own backend.
+ * Create the read's segment (read->bytes), gone with context or at the
+ * latest when the transaction ends, and fill in its header; NULL when the
+ * server has no segment left.
  */
-bool
-KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *positive_weight)
+static KmReadShared *
+ReadSegmentCreate(KmParallelRead *read, MemoryContext context)
 {
-	bool		weighted = read->weighted;
+	TimestampTz start = GetCurrentTimestamp();
 	KmReadShared *shared;
+
+	read->seg = dsm_create(read->bytes, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+	if (read->seg == NULL)
+		return NULL;
+	on_dsm_detach(read->seg, ReadForget, PointerGetDatum(read));
+	read->cb.func = ReadContextGone;
+	read->cb.arg = read;
+	MemoryContextRegisterResetCallback(context, &read->cb);
+	shared = ReadSharedInit(read);
+	read->create_us = GetCurrentTimestamp() - start;
+	return shared;
+}
+
+/*
+ * Run the read's query: every row of the relation that the calling role may
+ * see goes to kmeans_read_row, in as many processes as the plan has.
+ * Returns the rows skipped; the processes that wrote are done when it
+ * returns.
+ */
+static int64
+ReadQueryRun(KmParallelRead *read, KmReadShared *shared)
+{
+	TimestampTz start = GetCurrentTimestamp();
 	char	   *sql;
 	int			nestlevel = -1;
 	volatile int ret = 0;
 	bool		isnull;
-	uint32		claimed;
-	km_chunk   *chunks;
-	int			nchunks = 0;
 	int64		skipped;
-
-	TimestampTz start = GetCurrentTimestamp();
-
-	Assert(m->n == 0 && m->weighted == weighted);
-	read->seg = dsm_create(read->bytes, DSM_CREATE_NULL_IF_MAXSEGMENTS);
-	if (read->seg == NULL)
-		return false;
-	on_dsm_detach(read->seg, ReadForget, PointerGetDatum(read));
-	read->cb.func = ReadContextGone;
-	read->cb.arg = read;
-	MemoryContextRegisterResetCallback(m->context, &read->cb);
-	shared = ReadSharedInit(read);
-	read->create_us = GetCurrentTimestamp() - start;
-	start = GetCurrentTimestamp();
 
 	sql = psprintf("SELECT count(*) FROM %s WHERE NOT %s(%u::bigint, " INT64_FORMAT "::bigint, %s, %s)",
 				   read->from, read->function, dsm_segment_handle(read->seg),
 				   (int64) shared->token, read->vector,
-				   weighted ? read->weight : "NULL::double precision");
+				   read->weighted ? read->weight : "NULL::double precision");
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -652,6 +743,34 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 	pg_memory_barrier();
 	read->query_us = GetCurrentTimestamp() - start;
 	read->processes = (int) pg_atomic_read_u32(&shared->processes);
+	return skipped;
+}
+
+/*
+ * Run the read: every row of the relation that the calling role may see
+ * goes into the segment, by as many processes as the plan has; the rows
+ * skipped are counted in *n_skipped.  The blocks become m's chunks (m must
+ * be empty; KmMatrixBorrow), and *positive_weight says whether a row weighs
+ * more than 0.  false, with neither set, when the segment could not be
+ * created or proved too small: m is untouched, and the caller reads the
+ * relation in its own backend.  Only for a read with room
+ * (KmParallelReadHasRoom).
+ */
+bool
+KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *positive_weight)
+{
+	bool		weighted = read->weighted;
+	KmReadShared *shared;
+	uint32		claimed;
+	km_chunk   *chunks;
+	int			nchunks = 0;
+	int64		skipped;
+
+	Assert(m->n == 0 && m->weighted == weighted && read->has_room);
+	shared = ReadSegmentCreate(read, m->context);
+	if (shared == NULL)
+		return false;
+	skipped = ReadQueryRun(read, shared);
 	if (pg_atomic_read_u32(&shared->overflow) != 0)
 	{
 		KmParallelReadRelease(read);
@@ -682,6 +801,64 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 }
 
 /*
+ * Run the read into sink (started for the GPU without host rows, nothing
+ * in it yet) through a ring: the processes of the query fill the ring's
+ * blocks, and the sink's drain copies them to the GPU as they fill.  The
+ * ring is a few blocks per planned process, living in context until the
+ * read ends.  Returns true when the rows are on the GPU (*n_skipped and
+ * *positive_weight set, and the sink counts the rows); false when the read
+ * did not run (no room in /dev/shm, no segment left: the sink is as it
+ * was) or the GPU gave up, which is an ERROR under engine 'gpu' (under
+ * 'auto' the sink is then dead, KmGpuSinkLive, and the caller reads the
+ * rows again for the CPU).
+ */
+bool
+KmParallelReadStream(KmParallelRead *read, KmGpuSink *sink, MemoryContext context,
+					 int64 *n_skipped, bool *positive_weight)
+{
+	KmReadShared *shared;
+	km_ring		ring;
+	int64		skipped;
+	bool		ok;
+
+	read->ring = true;
+	read->block_rows = BlockRowsFor(KM_READ_RING_BLOCK_BYTES, read->dim, read->weighted);
+	read->nblocks = KM_READ_RING_BLOCKS_PER_PROCESS * (read->planned_workers + 1);
+	read->bytes = KM_READ_HEADER_BYTES +
+		(Size) read->nblocks * BlockBytes(read->block_rows, read->dim, read->weighted);
+	if (!SharedMemoryHasRoom(read->bytes))
+		return false;
+	shared = ReadSegmentCreate(read, context);
+	if (shared == NULL)
+		return false;
+
+	memset(&ring, 0, sizeof(ring));
+	ring.base = (char *) shared;
+	ring.bytes = read->bytes;
+	ring.first = KM_READ_HEADER_BYTES;
+	ring.block_bytes = shared->block_bytes;
+	ring.rows_offset = KM_READ_ALIGN;
+	ring.weights_offset = WeightsOffset(read->block_rows, read->dim);
+	ring.block_rows = read->block_rows;
+	ring.nblocks = read->nblocks;
+	ring.failed = &shared->ring_failed;
+	if (!KmGpuSinkDrainStart(sink, &ring))
+	{
+		KmParallelReadRelease(read);
+		return false;
+	}
+	read->drain = sink;
+
+	skipped = ReadQueryRun(read, shared);
+	read->drain = NULL;
+	ok = KmGpuSinkDrainFinish(sink, positive_weight);
+	KmParallelReadRelease(read);
+	if (ok)
+		*n_skipped = skipped;
+	return ok;
+}
+
+/*
  * What the read took, for kmeans_gpu.verbose: the processes (the leader
  * included when it read rows), the shared memory's size, the time to create
  * it and the time of the query.
@@ -689,9 +866,11 @@ KmParallelReadRun(KmParallelRead *read, KmMatrix *m, int64 *n_skipped, bool *pos
 char *
 KmParallelReadReport(const KmParallelRead *read)
 {
-	return psprintf("%d processes, %.0f MB of shared memory made in %.3f s, the query %.3f s",
+	return psprintf("%d processes, %.0f MB of shared memory made in %.3f s%s, the query %.3f s",
 					read->processes, (double) read->bytes / (1024.0 * 1024.0),
-					(double) read->create_us / 1e6, (double) read->query_us / 1e6);
+					(double) read->create_us / 1e6,
+					read->ring ? " (a ring drained to the GPU during the query)" : "",
+					(double) read->query_us / 1e6);
 }
 
 /*

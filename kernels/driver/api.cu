@@ -581,6 +581,31 @@ kmg_api_dataset_free(km_gpu_dataset *ds)
 		kmg_ds_free(ds);
 }
 
+/* km_gpu_api.dataset_drain_start: feed the dataset from a ring (dataset.cu). */
+static km_status
+kmg_api_dataset_drain_start(km_gpu_dataset *ds, const km_ring *ring, km_error *error)
+{
+	km_status	st;
+
+	if ((st = kmg_begin(error)) != KM_OK)
+		return st;
+	return kmg_ds_drain_start(ds, ring, error);
+}
+
+/* km_gpu_api.dataset_drain_finish: the writers are done; the rest of the ring, then the end. */
+static km_status
+kmg_api_dataset_drain_finish(km_gpu_dataset *ds, int *positive_weight, km_error *error)
+{
+	return kmg_ds_drain_finish(ds, positive_weight, error);
+}
+
+/* km_gpu_api.dataset_drain_stop: end a drain now. */
+static void
+kmg_api_dataset_drain_stop(km_gpu_dataset *ds)
+{
+	kmg_ds_drain_stop(ds);
+}
+
 /*
  * km_gpu_api.release_all (end of a transaction or backend): free every
  * dataset and k-medoids handle still alive; after a sticky error also
@@ -620,7 +645,10 @@ static const km_gpu_api kmg_api = {
 	kmg_split_plan,
 	kmg_split_fit,
 	kmg_split_assign,
-	kmg_split_copy_rate
+	kmg_split_copy_rate,
+	kmg_api_dataset_drain_start,
+	kmg_api_dataset_drain_finish,
+	kmg_api_dataset_drain_stop
 };
 
 /* The one symbol of kmeans_gpu_cuda.so the SQL layer looks up (dlsym). */

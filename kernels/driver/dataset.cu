@@ -14,17 +14,52 @@
  * (a copy on the device; growth is rare when the estimate is sane).
  *
  * engine->fit, assign and map use the same code for rows in host memory
- * (kmg_ds_load), so there is one upload path.
+ * (kmg_ds_load), so there is one upload path (kmg_ds_put).  The pinned
+ * buffers are allocated when first staged: a dataset fed by a drain never
+ * pays for them (cudaHostAlloc of 3 x 32 MB took 46 ms on an H200 host).
+ *
+ * A drain (kmg_ds_drain_*) feeds the dataset from a ring of blocks that
+ * other processes fill in shared memory (km_ring, kmeans_gpu_cuda.h): the
+ * ring is registered with CUDA, so each full block goes to the device by
+ * DMA straight from where its writer left it, and a thread of this process
+ * watches the ring, so the caller's thread (a backend running the query
+ * whose workers write the rows) need not.  The thread blocks every signal
+ * and calls nothing but CUDA and the dataset's own functions.
  */
 #include "kmg_common.cuh"
 #include "driver/driver.cuh"
 #include "prep/prep.cuh"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KMG_NSTAGE 3
 #define KMG_STAGE_BYTES ((size_t) 32 << 20)
+#define KMG_DRAIN_INFLIGHT 32		/* block copies a drain keeps queued */
+#define KMG_DRAIN_IDLE_NS 20000		/* a drain's nap when no block is full */
+
+/* A drain of a ring into the dataset (kmg_ds_drain_start). */
+typedef struct kmg_drain
+{
+	km_ring		ring;
+	pthread_t	thread;
+	int			device;
+	int			registered;		/* ring.base is registered with CUDA */
+	int			started;		/* the thread runs (until joined) */
+	int			finish;			/* atomic: the writers are done */
+	int			stop;			/* atomic: end now */
+	int			positive_weight;
+	km_status	status;
+	km_error	err;
+	float	   *dstage;			/* device: a block's rows, when d != dp */
+	cudaEvent_t ev[KMG_DRAIN_INFLIGHT];
+	uint32_t	inflight[KMG_DRAIN_INFLIGHT];	/* blocks being copied, oldest first */
+	int			head;
+	int			count;
+} kmg_drain;
 
 /* Rows on the device, and the staging buffers that bring them there. */
 struct km_gpu_dataset
@@ -45,6 +80,7 @@ struct km_gpu_dataset
 	int			cur;			/* buffer handed out by stage, or -1 */
 	int			next;
 	cudaStream_t copy;
+	kmg_drain  *drain;			/* a ring being drained into the rows, or NULL */
 	km_gpu_dataset *prev_ds;
 	km_gpu_dataset *next_ds;
 };
@@ -116,6 +152,7 @@ kmg_ds_free(km_gpu_dataset *ds)
 {
 	if (ds == NULL)
 		return;
+	kmg_ds_drain_stop(ds);
 	if (ds->copy != NULL)
 		(void) cudaStreamSynchronize(ds->copy);
 	for (int b = 0; b < KMG_NSTAGE; b++)
@@ -217,18 +254,6 @@ kmg_ds_create(int d, int weighted, int64_t expected_rows, int internal, km_error
 	KMG_CK(cudaStreamCreateWithFlags(&ds->copy, cudaStreamNonBlocking));
 	for (int b = 0; b < KMG_NSTAGE; b++)
 	{
-		cudaError_t e = cudaHostAlloc((void **) &ds->pin[b],
-									  (size_t) ds->stage_rows * (d + 1) * sizeof(float),
-									  cudaHostAllocDefault);
-
-		if (e == cudaErrorMemoryAllocation)
-		{
-			(void) cudaGetLastError();
-			ds->pin[b] = NULL;
-			st = kmg_set_error(err, KM_ERR_NOMEM, "out of pinned host memory for staging");
-			goto done;
-		}
-		KMG_CK(e);
 		if (ds->dp != d &&
 			(st = kmg_ds_malloc((void **) &ds->dstage[b],
 								(size_t) ds->stage_rows * d * sizeof(float),
@@ -260,6 +285,29 @@ kmg_ds_stage(km_gpu_dataset *ds, int64_t *room, float **weights, km_error *err)
 	{
 		kmg_set_error(err, KM_ERR_INVALID, "the last staged buffer was not committed");
 		return NULL;
+	}
+	if (ds->drain != NULL)
+	{
+		kmg_set_error(err, KM_ERR_INVALID, "the dataset is being drained from a ring");
+		return NULL;
+	}
+	if (ds->pin[b] == NULL)
+	{
+		e = cudaHostAlloc((void **) &ds->pin[b],
+						  (size_t) ds->stage_rows * (ds->d + 1) * sizeof(float),
+						  cudaHostAllocDefault);
+		if (e != cudaSuccess)
+		{
+			ds->pin[b] = NULL;
+			if (e != cudaErrorMemoryAllocation)
+			{
+				kmg_cuda_error(err, e, "cudaHostAlloc (staging)");
+				return NULL;
+			}
+			(void) cudaGetLastError();
+			kmg_set_error(err, KM_ERR_NOMEM, "out of pinned host memory for staging");
+			return NULL;
+		}
 	}
 	/* copies finish in order: if this one is busy, every buffer is */
 	if (ds->busy[b])
@@ -320,6 +368,43 @@ done:
 }
 
 /*
+ * Queue the copy of rows rows (x: rows x d floats, w: their weights when the
+ * dataset is weighted) from pinned or registered host memory to the end of
+ * the device rows, growing them when needed; through dstage (device, rows x
+ * d floats) and the expand kernel when d != dp.  Returns at once; x, w and
+ * dstage must stay untouched until the copy stream has passed the copy.
+ */
+static km_status
+kmg_ds_put(km_gpu_dataset *ds, const float *x, const float *w, int64_t rows, float *dstage,
+		   km_error *err)
+{
+	km_status	st = KM_OK;
+
+	if (ds->n + rows >= INT32_MAX)
+		return kmg_set_error(err, KM_ERR_INVALID,
+							 "the GPU engine takes fewer than 2^31 rows");
+	if (ds->n + rows > ds->cap && (st = kmg_ds_grow(ds, ds->n + rows, err)) != KM_OK)
+		return st;
+	if (ds->dp == ds->d)
+		KMG_CK(cudaMemcpyAsync(ds->X + (size_t) ds->n * ds->dp, x,
+							   (size_t) rows * ds->d * sizeof(float),
+							   cudaMemcpyHostToDevice, ds->copy));
+	else
+	{
+		KMG_CK(cudaMemcpyAsync(dstage, x, (size_t) rows * ds->d * sizeof(float),
+							   cudaMemcpyHostToDevice, ds->copy));
+		KMG_CK(kmg_expand_rows(dstage, rows, ds->d, ds->dp,
+							   ds->X + (size_t) ds->n * ds->dp, ds->copy));
+	}
+	if (ds->weighted)
+		KMG_CK(cudaMemcpyAsync(ds->W + ds->n, w, (size_t) rows * sizeof(float),
+							   cudaMemcpyHostToDevice, ds->copy));
+	ds->n += rows;
+done:
+	return st;
+}
+
+/*
  * Send the first rows of the staged buffer to the end of the device rows
  * (growing them when needed): queued on the copy stream, through the expand
  * kernel when d != dp, and returns at once.
@@ -335,34 +420,15 @@ kmg_ds_commit(km_gpu_dataset *ds, int64_t rows, km_error *err)
 	if (rows < 0 || rows > ds->stage_rows)
 		return kmg_set_error(err, KM_ERR_INVALID, "%lld rows committed, %lld staged at most",
 							 (long long) rows, (long long) ds->stage_rows);
-	if (ds->n + rows >= INT32_MAX)
-		return kmg_set_error(err, KM_ERR_INVALID,
-							 "the GPU engine takes fewer than 2^31 rows");
 	ds->cur = -1;
 	if (rows == 0)
 		return KM_OK;
-	if (ds->n + rows > ds->cap && (st = kmg_ds_grow(ds, ds->n + rows, err)) != KM_OK)
+	if ((st = kmg_ds_put(ds, ds->pin[b], ds->pin[b] + (size_t) ds->stage_rows * ds->d, rows,
+						 ds->dstage[b], err)) != KM_OK)
 		return st;
-
-	if (ds->dp == ds->d)
-		KMG_CK(cudaMemcpyAsync(ds->X + (size_t) ds->n * ds->dp, ds->pin[b],
-							   (size_t) rows * ds->d * sizeof(float),
-							   cudaMemcpyHostToDevice, ds->copy));
-	else
-	{
-		KMG_CK(cudaMemcpyAsync(ds->dstage[b], ds->pin[b], (size_t) rows * ds->d * sizeof(float),
-							   cudaMemcpyHostToDevice, ds->copy));
-		KMG_CK(kmg_expand_rows(ds->dstage[b], rows, ds->d, ds->dp,
-							   ds->X + (size_t) ds->n * ds->dp, ds->copy));
-	}
-	if (ds->weighted)
-		KMG_CK(cudaMemcpyAsync(ds->W + ds->n, ds->pin[b] + (size_t) ds->stage_rows * ds->d,
-							   (size_t) rows * sizeof(float), cudaMemcpyHostToDevice,
-							   ds->copy));
 	KMG_CK(cudaEventRecord(ds->ev[b], ds->copy));
 	ds->busy[b] = 1;
 	ds->next = (b + 1) % KMG_NSTAGE;
-	ds->n += rows;
 done:
 	return st;
 }
@@ -457,4 +523,260 @@ kmg_ds_rows_view(km_gpu_dataset *ds, kmg_rows *rows)
 	rows->d = ds->d;
 	rows->dp = ds->dp;
 	rows->in_place = ds->internal;
+}
+
+/* ---- draining a ring (km_ring, kmeans_gpu_cuda.h) ---- */
+
+static inline km_ring_block *
+kmg_ring_block(const km_ring *ring, uint32_t b)
+{
+	return (km_ring_block *) (ring->base + ring->first + (size_t) b * ring->block_bytes);
+}
+
+/* The drain failed: keep the first error, and stop the writers. */
+static void
+kmg_drain_fail(kmg_drain *dr, km_status st)
+{
+	if (dr->status == KM_OK)
+		dr->status = st;
+	__atomic_store_n(dr->ring.failed, 1u, __ATOMIC_RELEASE);
+}
+
+/*
+ * Queue the copy of block b (state FULL, or FILLING once the writers are
+ * done) and mark it COPYING; a block without rows goes back FREE at once.
+ */
+static km_status
+kmg_drain_issue(km_gpu_dataset *ds, kmg_drain *dr, uint32_t b)
+{
+	km_ring_block *blk = kmg_ring_block(&dr->ring, b);
+	const char *rows = (const char *) blk + dr->ring.rows_offset;
+	const int	slot = (dr->head + dr->count) % KMG_DRAIN_INFLIGHT;
+	km_error   *err = &dr->err;
+	km_status	st = KM_OK;
+
+	if (blk->n == 0)
+	{
+		__atomic_store_n(&blk->state, KM_RING_FREE, __ATOMIC_RELEASE);
+		return KM_OK;
+	}
+	if (blk->n < 0 || blk->n > dr->ring.block_rows)
+		return kmg_set_error(err, KM_ERR_INVALID, "a block of the ring holds %lld rows, %lld at most",
+							 (long long) blk->n, (long long) dr->ring.block_rows);
+	if ((st = kmg_ds_put(ds, (const float *) rows,
+						 (const float *) ((const char *) blk + dr->ring.weights_offset),
+						 blk->n, dr->dstage, err)) != KM_OK)
+		return st;
+	KMG_CK(cudaEventRecord(dr->ev[slot], ds->copy));
+	if (blk->positive_weight)
+		dr->positive_weight = 1;
+	__atomic_store_n(&blk->state, KM_RING_COPYING, __ATOMIC_RELAXED);
+	dr->inflight[slot] = b;
+	dr->count++;
+done:
+	return st;
+}
+
+/* Hand back FREE the blocks whose copies are done; false on an error. */
+static km_status
+kmg_drain_retire(kmg_drain *dr, int *progress)
+{
+	while (dr->count > 0)
+	{
+		cudaError_t e = cudaEventQuery(dr->ev[dr->head]);
+		km_ring_block *blk;
+
+		if (e == cudaErrorNotReady)
+			break;
+		if (e != cudaSuccess)
+			return kmg_cuda_error(&dr->err, e, "cudaEventQuery (drain)");
+		blk = kmg_ring_block(&dr->ring, dr->inflight[dr->head]);
+		blk->n = 0;
+		blk->positive_weight = 0;
+		__atomic_store_n(&blk->state, KM_RING_FREE, __ATOMIC_RELEASE);
+		dr->head = (dr->head + 1) % KMG_DRAIN_INFLIGHT;
+		dr->count--;
+		*progress = 1;
+	}
+	return KM_OK;
+}
+
+/*
+ * The drain's thread: until told to stop, or until the writers are done
+ * and every block with rows was copied, copy the full blocks (oldest copies
+ * retired first, at most KMG_DRAIN_INFLIGHT queued), napping when there is
+ * nothing to do.  The copies are waited for before it returns, so that the
+ * ring's memory may go once it is joined.
+ */
+static void *
+kmg_drain_main(void *arg)
+{
+	km_gpu_dataset *ds = (km_gpu_dataset *) arg;
+	kmg_drain  *dr = ds->drain;
+	cudaError_t e = cudaSetDevice(dr->device);
+	km_status	st = KM_OK;
+
+	if (e != cudaSuccess)
+		st = kmg_cuda_error(&dr->err, e, "cudaSetDevice (drain)");
+	while (st == KM_OK && !__atomic_load_n(&dr->stop, __ATOMIC_ACQUIRE))
+	{
+		const int	finishing = __atomic_load_n(&dr->finish, __ATOMIC_ACQUIRE);
+		int			progress = 0;
+		int			issued = 0;
+
+		if ((st = kmg_drain_retire(dr, &progress)) != KM_OK)
+			break;
+		for (uint32_t b = 0; b < dr->ring.nblocks && dr->count < KMG_DRAIN_INFLIGHT; b++)
+		{
+			uint32_t	state = __atomic_load_n(&kmg_ring_block(&dr->ring, b)->state,
+												__ATOMIC_ACQUIRE);
+
+			if (state == KM_RING_FULL || (finishing && state == KM_RING_FILLING))
+			{
+				if ((st = kmg_drain_issue(ds, dr, b)) != KM_OK)
+					break;
+				issued = progress = 1;
+			}
+		}
+		if (st != KM_OK || (finishing && !issued && dr->count == 0))
+			break;
+		if (!progress)
+		{
+			struct timespec nap = {0, KMG_DRAIN_IDLE_NS};
+
+			nanosleep(&nap, NULL);
+		}
+	}
+	if (st != KM_OK)
+		kmg_drain_fail(dr, st);
+	e = cudaStreamSynchronize(ds->copy);
+	if (e != cudaSuccess && dr->status == KM_OK)
+		kmg_drain_fail(dr, kmg_cuda_error(&dr->err, e, "cudaStreamSynchronize (drain)"));
+	return NULL;
+}
+
+/* Join the thread, then give back what the drain holds; the dataset keeps its rows. */
+static void
+kmg_drain_end(km_gpu_dataset *ds)
+{
+	kmg_drain  *dr = ds->drain;
+
+	if (dr->started)
+		(void) pthread_join(dr->thread, NULL);
+	if (dr->registered)
+		(void) cudaHostUnregister(dr->ring.base);
+	for (int i = 0; i < KMG_DRAIN_INFLIGHT; i++)
+		if (dr->ev[i] != NULL)
+			(void) cudaEventDestroy(dr->ev[i]);
+	if (dr->dstage != NULL)
+		(void) cudaFree(dr->dstage);
+	free(dr);
+	ds->drain = NULL;
+}
+
+/*
+ * Start draining ring into the dataset (km_gpu_api.dataset_drain_start):
+ * register its memory, and start the thread with every signal blocked.
+ */
+km_status
+kmg_ds_drain_start(km_gpu_dataset *ds, const km_ring *ring, km_error *err)
+{
+	kmg_drain  *dr;
+	km_status	st = KM_OK;
+	sigset_t	all,
+				old;
+	int			rc;
+
+	if (ds->drain != NULL || ds->cur >= 0)
+		return kmg_set_error(err, KM_ERR_INVALID, "the dataset is already being fed");
+	if (ring->nblocks < 1 || ring->block_rows < 1 || ring->failed == NULL ||
+		ring->rows_offset + (size_t) ring->block_rows * ds->d * sizeof(float) > ring->block_bytes ||
+		(ds->weighted &&
+		 ring->weights_offset + (size_t) ring->block_rows * sizeof(float) > ring->block_bytes) ||
+		ring->first + (size_t) ring->nblocks * ring->block_bytes > ring->bytes)
+		return kmg_set_error(err, KM_ERR_INVALID, "the ring's layout does not hold its blocks");
+	dr = (kmg_drain *) calloc(1, sizeof(kmg_drain));
+	if (dr == NULL)
+		return kmg_set_error(err, KM_ERR_NOMEM, "out of host memory");
+	ds->drain = dr;
+	dr->ring = *ring;
+	dr->status = KM_OK;
+	KMG_CK(cudaGetDevice(&dr->device));
+	for (int i = 0; i < KMG_DRAIN_INFLIGHT; i++)
+		KMG_CK(cudaEventCreateWithFlags(&dr->ev[i], cudaEventDisableTiming));
+	if (ds->dp != ds->d &&
+		(st = kmg_ds_malloc((void **) &dr->dstage,
+							(size_t) ring->block_rows * ds->d * sizeof(float),
+							"the drain's staging buffer", err)) != KM_OK)
+		goto done;
+	{
+		cudaError_t e = cudaHostRegister(ring->base, ring->bytes, cudaHostRegisterDefault);
+
+		if (e != cudaSuccess)
+		{
+			/* memory CUDA cannot pin is no failure of the device: the caller reads otherwise */
+			st = kmg_cuda_error(err, e, "cudaHostRegister (drain)");
+			if (st != KM_ERR_DEVICE_FATAL)
+			{
+				(void) cudaGetLastError();
+				st = kmg_set_error(err, KM_ERR_UNAVAILABLE,
+								   "the ring's memory cannot be registered with CUDA: %s",
+								   cudaGetErrorString(e));
+			}
+			goto done;
+		}
+	}
+	dr->registered = 1;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&dr->thread, NULL, kmg_drain_main, ds);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+	{
+		st = kmg_set_error(err, KM_ERR_NOMEM, "could not start the drain's thread (error %d)", rc);
+		goto done;
+	}
+	dr->started = 1;
+done:
+	if (st != KM_OK)
+		kmg_drain_end(ds);
+	return st;
+}
+
+/*
+ * The writers are done: copy what is left, wait for it, and end the drain
+ * (km_gpu_api.dataset_drain_finish).
+ */
+km_status
+kmg_ds_drain_finish(km_gpu_dataset *ds, int *positive_weight, km_error *err)
+{
+	kmg_drain  *dr = ds->drain;
+	km_status	st;
+
+	if (dr == NULL)
+		return kmg_set_error(err, KM_ERR_INVALID, "no drain runs");
+	__atomic_store_n(&dr->finish, 1, __ATOMIC_RELEASE);
+	if (dr->started)
+	{
+		(void) pthread_join(dr->thread, NULL);
+		dr->started = 0;
+	}
+	st = dr->status;
+	if (st != KM_OK)
+		*err = dr->err;
+	else
+		*positive_weight = dr->positive_weight;
+	kmg_drain_end(ds);
+	return st;
+}
+
+/* End a drain at once, its rows left as they are (km_gpu_api.dataset_drain_stop). */
+void
+kmg_ds_drain_stop(km_gpu_dataset *ds)
+{
+	if (ds == NULL || ds->drain == NULL)
+		return;
+	__atomic_store_n(&ds->drain->stop, 1, __ATOMIC_RELEASE);
+	kmg_drain_end(ds);
 }

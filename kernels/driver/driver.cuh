@@ -55,6 +55,9 @@ km_status	kmg_ds_sync(km_gpu_dataset *ds, km_error *err);
 km_status	kmg_ds_load(km_gpu_dataset *ds, const km_data *data, int64_t row0, int64_t rows,
 						km_error *err);
 void		kmg_ds_reset(km_gpu_dataset *ds);
+km_status	kmg_ds_drain_start(km_gpu_dataset *ds, const km_ring *ring, km_error *err);
+km_status	kmg_ds_drain_finish(km_gpu_dataset *ds, int *positive_weight, km_error *err);
+void		kmg_ds_drain_stop(km_gpu_dataset *ds);
 void		kmg_ds_free(km_gpu_dataset *ds);
 void		kmg_ds_free_all(void);
 int64_t		kmg_ds_rows(const km_gpu_dataset *ds);

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define KM_GPU_ABI 3
+#define KM_GPU_ABI 4
 
 /* Logical devices a split fit spreads its rows over, at most. */
 #define KM_GPU_MAX_DEVICES 16
@@ -80,6 +80,44 @@ typedef struct km_gpu_device
 
 /* Rows being streamed to the device, in the order they were staged. */
 typedef struct km_gpu_dataset km_gpu_dataset;
+
+/*
+ * A ring of host blocks that other processes fill with rows while a dataset
+ * drains them to the device (kmeans_fit's parallel read, parallel_read.c).
+ * The ring lies in memory those processes share: block b begins at
+ * base + first + b * block_bytes with a km_ring_block, its rows (up to
+ * block_rows rows of d floats) at rows_offset from there and, for a weighted
+ * dataset, their weights at weights_offset.  A writer takes a FREE block
+ * by compare-and-swap (FILLING), writes rows and counts them in n, and once
+ * the block is full stores FULL with release order; the drain copies FULL
+ * blocks to the device and hands them back FREE, n 0.  Blocks still FILLING
+ * when every writer is done are drained by dataset_drain_finish.  When the
+ * drain stops on an error it sets *failed, and writers stop writing.
+ */
+#define KM_RING_FREE 0u
+#define KM_RING_FILLING 1u
+#define KM_RING_FULL 2u
+#define KM_RING_COPYING 3u			/* the drain's own: its copy is in flight */
+
+typedef struct km_ring_block
+{
+	uint32_t	state;			/* KM_RING_*, read and written atomically */
+	uint32_t	positive_weight;	/* a row of the block weighs more than 0 */
+	int64_t		n;				/* rows written */
+} km_ring_block;
+
+typedef struct km_ring
+{
+	char	   *base;			/* the shared mapping (registered with CUDA for the copies) */
+	size_t		bytes;
+	size_t		first;			/* offset of block 0 */
+	size_t		block_bytes;
+	size_t		rows_offset;
+	size_t		weights_offset;
+	int64_t		block_rows;
+	uint32_t	nblocks;
+	uint32_t   *failed;			/* in the shared memory: the drain stopped */
+} km_ring;
 
 /* The rows of a k-medoids fit on the device (kmd_open). */
 typedef struct km_gpu_kmd km_gpu_kmd;
@@ -190,6 +228,28 @@ typedef struct km_gpu_api
 								 int32_t *labels, double *distances, const km_hooks *hooks,
 								 km_error *error);
 	double		(*copy_rate) (int ordinal, km_error *error);
+
+	/*
+	 * Draining a ring into a dataset (km_ring above).  dataset_drain_start
+	 * registers the ring's memory with CUDA and starts a thread of this
+	 * process (every signal blocked, no call but CUDA's) that copies each
+	 * FULL block to the end of the dataset's rows as soon as it is full;
+	 * the caller's thread is free meanwhile, and the caller must not stage
+	 * or commit rows of its own until the drain ends.  Once every writer
+	 * is done, dataset_drain_finish copies what is left (blocks FILLING
+	 * with rows too), waits for the copies, stops the thread and releases
+	 * the registration; *positive_weight says whether a drained row
+	 * weighed more than 0.  dataset_drain_stop ends a drain without waiting
+	 * for its rows (on an error, before the ring's memory goes away); it
+	 * does nothing when no drain runs, and dataset_free calls it too.
+	 * dataset_drain_start fails with KM_ERR_UNAVAILABLE, the dataset
+	 * untouched, when CUDA cannot register the ring's memory.
+	 */
+	km_status	(*dataset_drain_start) (km_gpu_dataset *ds, const km_ring *ring,
+										km_error *error);
+	km_status	(*dataset_drain_finish) (km_gpu_dataset *ds, int *positive_weight,
+										 km_error *error);
+	void		(*dataset_drain_stop) (km_gpu_dataset *ds);
 } km_gpu_api;
 
 /* The one symbol kmeans_gpu_cuda.so exports. */
