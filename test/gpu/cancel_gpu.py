@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Cancel a long GPU fit: statement_timeout during loading, during k-means++
+"""Cancel a long GPU fit: statement_timeout during loading (in one backend,
+and by parallel workers through the ring drained to the GPU), during k-means++
 and during the iterations, and pg_cancel_backend from another session.  Each
 must end within 1 second of the cancel, leave the session usable, and give
 the GPU memory back (the device's free memory returns to where it was).
@@ -92,6 +93,10 @@ def main():
     load("huge", rng.normal(size=(4000000, 128)).astype(np.float32), DB)
 
     timed_cancel("while loading", "SELECT kmeans_fit('huge', 'v', 16, engine => 'gpu')", 1000)
+    # the read by 4 workers into the ring that a thread of the backend drains to
+    # the GPU (parallel_read.c): 2 GB take about half a second
+    timed_cancel("while the workers fill the ring",
+                 "SET kmeans_gpu.read_workers = 4; SELECT kmeans_fit('huge', 'v', 16, engine => 'gpu')", 150)
     timed_cancel("during k-means++",
                  "SELECT kmeans_fit('big', 'v', 60000, seed => 1, engine => 'gpu')", 1500)
     # 4M rows, k = 4096 from random rows: about 4 TFLOP an iteration and

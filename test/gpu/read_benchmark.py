@@ -6,9 +6,9 @@ iteration and random initialisation, so that the read is most of the call.
 For the CPU engine and for the GPU engine, with kmeans_gpu.read_workers 0
 (one backend) and 8, twice each in one session, it prints the read time
 that kmeans_gpu.verbose reports (and its parallel detail) and the ratio of
-the best parallel read to the best one-backend read.  (A GPU fit whose rows
-stream to the GPU is read in one backend whatever read_workers says:
-README, kmeans_fit, "Reading with parallel workers".)
+the best parallel read to the best one-backend read.  (The GPU fit's
+workers write into a ring of shared memory that the backend drains to the
+GPU during the query: README, kmeans_fit, "Reading with parallel workers".)
 
   test/gpu/read_benchmark.py
 Runs on the GPU machine after `source .devbundle/up`.
