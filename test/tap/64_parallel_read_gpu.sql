@@ -32,6 +32,13 @@ BEGIN
   RETURN NEXT;
 END $$;
 
+-- Whether the runs named a and b (in ring_runs) gave the same model.
+CREATE FUNCTION pg_temp.same_model(a text, b text, description text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN ok((SELECT model FROM pg_temp.ring_runs WHERE name = a) =
+            (SELECT model FROM pg_temp.ring_runs WHERE name = b), description);
+END $$;
+
 CREATE FUNCTION pg_temp.ring_tests() RETURNS SETOF text LANGUAGE plpgsql AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM kmeans_gpu_devices()) THEN
@@ -66,24 +73,16 @@ BEGIN
                      'engine gpu, read_workers 2: the workers read the rows, the leader none');
   RETURN NEXT is((SELECT (model).n_rows FROM pg_temp.ring_runs WHERE name = 'workers'), 150000::bigint,
                  'every row reached the GPU through the ring');
-  RETURN NEXT ok((SELECT model FROM pg_temp.ring_runs WHERE name = 'serial') =
-                 (SELECT model FROM pg_temp.ring_runs WHERE name = 'workers'),
-                 'the model is the model read in one backend');
+  RETURN NEXT pg_temp.same_model('serial', 'workers', 'the model is the model read in one backend');
   RETURN NEXT ok((SELECT ((model).centroids, (model).sizes, (model).iterations) FROM pg_temp.ring_runs WHERE name = 'cpu') =
                  (SELECT ((model).centroids, (model).sizes, (model).iterations) FROM pg_temp.ring_runs WHERE name = 'workers'),
                  'and the CPU engine''s: the same centroids, sizes and iterations');
-  RETURN NEXT ok((SELECT model FROM pg_temp.ring_runs WHERE name = 'weighted, serial') =
-                 (SELECT model FROM pg_temp.ring_runs WHERE name = 'weighted'),
-                 'weighted: the weights come through the ring too');
-  RETURN NEXT ok((SELECT model FROM pg_temp.ring_runs WHERE name = 'cosine, serial') =
-                 (SELECT model FROM pg_temp.ring_runs WHERE name = 'cosine'),
-                 'cosine: the same model');
-  RETURN NEXT ok((SELECT model FROM pg_temp.ring_runs WHERE name = 'k-means||, serial') =
-                 (SELECT model FROM pg_temp.ring_runs WHERE name = 'k-means||'),
-                 'k-means|| (seeded on the host, which keeps the rows, so no ring): the same model');
-  RETURN NEXT ok((SELECT model FROM pg_temp.ring_runs WHERE name = 'serial') =
-                 (SELECT model FROM pg_temp.ring_runs WHERE name = 'leader writes too'),
-                 'the leader writing into the ring while its thread drains it: the same model');
+  RETURN NEXT pg_temp.same_model('weighted, serial', 'weighted', 'weighted: the weights come through the ring too');
+  RETURN NEXT pg_temp.same_model('cosine, serial', 'cosine', 'cosine: the same model');
+  RETURN NEXT pg_temp.same_model('k-means||, serial', 'k-means||',
+                                 'k-means|| (seeded on the host, which keeps the rows, so no ring): the same model');
+  RETURN NEXT pg_temp.same_model('serial', 'leader writes too',
+                                 'the leader writing into the ring while its thread drains it: the same model');
 
   -- A worker's error while the ring is drained: the drain ends, the fit
   -- fails with the worker's error, and the next fit runs.
