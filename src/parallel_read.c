@@ -31,8 +31,8 @@
  * drain) copies full blocks to the device by DMA from the segment itself,
  * registered with CUDA, while the query runs.  So no process copies the
  * rows a second time, and the segment is a few MB per process whatever the
- * table's size: a segment for every row would cost its fresh pages (58-107
- * ms for 576 MB on an H200 host) and then as much again to register or copy
+ * table's size: a segment for every row would cost its fresh pages (69 ms
+ * for 576 MB on an H200 host) and then 100-133 ms more to register or copy
  * (kernels/bench/bench_upload.cu).  The ring never overflows: a writer that
  * finds every block taken waits for one.
  *
