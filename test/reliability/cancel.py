@@ -81,7 +81,8 @@ def process_gone(pid):
             for line in f:
                 if line.startswith("State:"):
                     return line.split()[1] in ("Z", "X")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # gone before the open, or while its status was being read (ESRCH)
         return True
     return False
 
