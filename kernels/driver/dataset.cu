@@ -39,7 +39,8 @@
 #define KMG_NSTAGE 3
 #define KMG_STAGE_BYTES ((size_t) 32 << 20)
 #define KMG_DRAIN_INFLIGHT 32		/* block copies a drain keeps queued */
-#define KMG_DRAIN_IDLE_NS 20000		/* a drain's nap when no block is full */
+#define KMG_DRAIN_IDLE_NS 20000		/* a drain's first nap when no block is full */
+#define KMG_DRAIN_IDLE_MAX_NS 200000	/* its longest, after idle passes in a row */
 
 /* A drain of a ring into the dataset (kmg_ds_drain_start). */
 typedef struct kmg_drain
@@ -605,7 +606,8 @@ kmg_drain_retire(kmg_drain *dr, int *progress)
  * The drain's thread: until told to stop, or until the writers are done
  * and every block with rows was copied, copy the full blocks (oldest copies
  * retired first, at most KMG_DRAIN_INFLIGHT queued), napping when there is
- * nothing to do.  The copies are waited for before it returns, so that the
+ * nothing to do: 20 us, doubled after each idle pass up to 200 us, so that
+ * a slow scan (a table read from disk) does not keep a core polling.  The copies are waited for before it returns, so that the
  * ring's memory may go once it is joined.
  */
 static void *
@@ -615,6 +617,8 @@ kmg_drain_main(void *arg)
 	kmg_drain  *dr = ds->drain;
 	cudaError_t e = cudaSetDevice(dr->device);
 	km_status	st = KM_OK;
+
+	long		nap_ns = KMG_DRAIN_IDLE_NS;
 
 	if (e != cudaSuccess)
 		st = kmg_cuda_error(&dr->err, e, "cudaSetDevice (drain)");
@@ -640,11 +644,15 @@ kmg_drain_main(void *arg)
 		}
 		if (st != KM_OK || (finishing && !issued && dr->count == 0))
 			break;
-		if (!progress)
+		if (progress)
+			nap_ns = KMG_DRAIN_IDLE_NS;
+		else
 		{
-			struct timespec nap = {0, KMG_DRAIN_IDLE_NS};
+			struct timespec nap = {0, nap_ns};
 
 			nanosleep(&nap, NULL);
+			if (nap_ns < KMG_DRAIN_IDLE_MAX_NS)
+				nap_ns *= 2;
 		}
 	}
 	if (st != KM_OK)
