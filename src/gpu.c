@@ -518,6 +518,17 @@ SinkFree(void *arg)
 }
 
 /*
+ * The GPU gave up on the sink's rows: free its dataset, then say so
+ * (KmGpuFailed: an ERROR when the sink raises, else a warning).
+ */
+static void
+SinkGiveUp(KmGpuSink *sink, km_status status, const char *message)
+{
+	SinkFree(sink);
+	KmGpuFailed(status, message, sink->raise);
+}
+
+/*
  * A sink for rows of dim values, expecting about expected_rows.  Returns
  * NULL, having said nothing, when the dataset cannot be created and raise is
  * false.
@@ -566,8 +577,7 @@ SinkCommit(KmGpuSink *sink)
 	sink->used = 0;
 	if (st != KM_OK)
 	{
-		SinkFree(sink);
-		KmGpuFailed(st, err.message, sink->raise);
+		SinkGiveUp(sink, st, err.message);
 		return false;
 	}
 	return true;
@@ -594,8 +604,7 @@ SinkNext(KmGpuSink *sink)
 		sink->stage = sink->api->dataset_stage(sink->ds, &sink->room, &sink->stage_w, &err);
 		if (sink->stage == NULL)
 		{
-			SinkFree(sink);
-			KmGpuFailed(err.status, err.message, sink->raise);
+			SinkGiveUp(sink, err.status, err.message);
 			return NULL;
 		}
 		sink->used = 0;
@@ -763,8 +772,7 @@ KmGpuSinkDrainStart(KmGpuSink *sink, const km_ring *ring)
 	}
 	if (st != KM_OK)
 	{
-		SinkFree(sink);
-		KmGpuFailed(st, err.message, sink->raise);
+		SinkGiveUp(sink, st, err.message);
 		return false;
 	}
 	return true;
@@ -787,8 +795,7 @@ KmGpuSinkDrainFinish(KmGpuSink *sink, bool *positive_weight)
 	st = sink->api->dataset_drain_finish(sink->ds, &positive, &err);
 	if (st != KM_OK)
 	{
-		SinkFree(sink);
-		KmGpuFailed(st, err.message, sink->raise);
+		SinkGiveUp(sink, st, err.message);
 		return false;
 	}
 	sink->n = sink->api->dataset_rows(sink->ds);

@@ -607,8 +607,9 @@ kmg_drain_retire(kmg_drain *dr, int *progress)
  * and every block with rows was copied, copy the full blocks (oldest copies
  * retired first, at most KMG_DRAIN_INFLIGHT queued), napping when there is
  * nothing to do: 20 us, doubled after each idle pass up to 200 us, so that
- * a slow scan (a table read from disk) does not keep a core polling.  The copies are waited for before it returns, so that the
- * ring's memory may go once it is joined.
+ * a slow scan (a table read from disk) does not keep a core polling.  The
+ * copies are waited for before it returns, so that the ring's memory may go
+ * once it is joined.
  */
 static void *
 kmg_drain_main(void *arg)
@@ -617,7 +618,6 @@ kmg_drain_main(void *arg)
 	kmg_drain  *dr = ds->drain;
 	cudaError_t e = cudaSetDevice(dr->device);
 	km_status	st = KM_OK;
-
 	long		nap_ns = KMG_DRAIN_IDLE_NS;
 
 	if (e != cudaSuccess)
