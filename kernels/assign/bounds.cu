@@ -14,8 +14,8 @@
  * by a margin far above the rounding of the exact cost (ub and lb are
  * floats, so ub < lb means at least 2^-24 apart): km_exact_nearest would
  * give the same label, so the row is not screened and its label stays.  A
- * row whose bounds cross first has ub tightened to its exact distance
- * (kmg_chain4); only rows that still cross are listed (a->brow), and the
+ * row whose bounds cross first has ub tightened to its distance (the
+ * warp's sum of its exact terms); only rows that still cross are listed (a->brow), and the
  * screen decides those as it decides every row without bounds.  So the
  * labels, and the model, are those of a fit without bounds, bit for bit.
  * Every bound is rounded outwards (drifts and ub up, lb down) with 2^-30 of
@@ -150,8 +150,9 @@ kmg_bounds_drift_kernel(kmg_args a)
 
 /*
  * Per row: the bounds moved by the drifts; where they cross, ub tightened
- * to the exact distance to the row's centroid; the rows that still cross
- * (or have no bounds) appended to a->brow, a warp's rows with one atomic.
+ * to the distance to the row's centroid (a warp a row); the rows that still cross
+ * (or have no bounds) appended to a->brow, a warp's rows with one atomic,
+ * with their label so far on a->bold when the fit keeps running sums.
  */
 __global__ void __launch_bounds__(KMG_BD_NT)
 kmg_bounds_rows_kernel(kmg_args a)
@@ -170,31 +171,64 @@ kmg_bounds_rows_kernel(kmg_args a)
 
 	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < nup; i += stride)
 	{
-		int			need = 0;
+		int			need = 0,
+					has = 0,	/* the row has bounds */
+					cross = 0,
+					j = -1;
+		float		u = 0.0f,
+					l = 0.0f;
 
 		if (i < a.n)
 		{
-			const int	j = a.labels[i];
-			float		u = a.ub[i],
-						l = a.lb[i];
-
+			j = a.labels[i];
+			u = a.ub[i];
+			l = a.lb[i];
 			need = 1;
 			if (j >= 0 && isfinite(u))
 			{
 				u = __fadd_ru(u, a.drift[j]);
 				l = __fsub_rd(l, j == jmax ? dmax2 : dmax1);
-				if (!(u < l))
-				{
-					const double c = kmg_chain4(reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp),
-												reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp),
-												q4, 0.0, 0);
-
-					u = kmg_sqrt_ru(c);
-				}
-				a.ub[i] = u;
-				a.lb[i] = l;
-				need = !(u < l);
+				has = 1;
+				cross = !(u < l);
 			}
+		}
+
+		/*
+		 * The crossing rows' distance to their centroid, the warp on one row
+		 * at a time (a lane a 16-byte column chunk): each term (x - c)^2 is
+		 * exact in double, so their sum in any order is what kmg_sqrt_ru
+		 * rounds outwards.
+		 */
+		for (unsigned cm = __ballot_sync(0xffffffffu, cross); cm != 0; cm &= cm - 1)
+		{
+			const int	src = __ffs(cm) - 1;
+			const int64_t ri = __shfl_sync(0xffffffffu, (long long) i, src);
+			const int	rj = __shfl_sync(0xffffffffu, j, src);
+			const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) ri * a.dp);
+			const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) rj * a.dp);
+			double		s = 0.0;
+
+			for (int q = lane; q < q4; q += 32)
+			{
+				const float4 x = x4[q],
+							c = c4[q];
+				const double t0 = (double) x.x - (double) c.x,
+							t1 = (double) x.y - (double) c.y,
+							t2 = (double) x.z - (double) c.z,
+							t3 = (double) x.w - (double) c.w;
+
+				s += t0 * t0 + t1 * t1 + t2 * t2 + t3 * t3;
+			}
+			for (int o = 16; o > 0; o >>= 1)
+				s += __shfl_xor_sync(0xffffffffu, s, o);
+			if (lane == src)
+				u = kmg_sqrt_ru(s);
+		}
+		if (has)
+		{
+			a.ub[i] = u;
+			a.lb[i] = l;
+			need = !(u < l);
 		}
 
 		const unsigned ball = __ballot_sync(0xffffffffu, need);
@@ -206,7 +240,13 @@ kmg_bounds_rows_kernel(kmg_args a)
 			base = atomicAdd(&a.bs->nlist, __popc(ball));
 		base = __shfl_sync(0xffffffffu, base, 0);
 		if (need)
-			a.brow[base + __popc(ball & ((1u << lane) - 1u))] = (int32_t) i;
+		{
+			const int	at = base + __popc(ball & ((1u << lane) - 1u));
+
+			a.brow[at] = (int32_t) i;
+			if (a.bold != NULL)
+				a.bold[at] = j;
+		}
 	}
 }
 

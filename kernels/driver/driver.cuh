@@ -12,6 +12,7 @@
 #include "kmg_common.cuh"
 #include "assign/assign.cuh"
 #include "seed/seed.cuh"
+#include "update/update.cuh"
 
 /* ---- api.cu: state, errors, host memory ---- */
 /* Every API entry: refuse after a sticky error, start CUDA lazily. */
@@ -114,6 +115,7 @@ typedef struct kmg_work
 	unsigned short *xh;			/* the float16 screen's copy of the rows (a.Xh once made), or NULL */
 	void	   *stats_work;
 	kmg_seed_bufs sb;
+	kmg_running rs;				/* a bounded fit's running sums (rs.on: in use) */
 	int			pp_shift;		/* scale of the k-means++ potentials (seed_pp.h) */
 } kmg_work;
 

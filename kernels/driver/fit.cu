@@ -27,7 +27,8 @@
  *	otherwise:    kmg_assign_pass: km_filter_prepare -> km_filter_top2
  *	              (skipped when the run has stopped) -> kmg_classify ->
  *	              kmg_exact_refine; then kmg_sort_labels -> kmg_segment ->
- *	              kmg_finalize
+ *	              kmg_finalize; with bounds, the running sums of
+ *	              update/running.cu in place of the sort and the segment
  * Once per call, kmg_rows_setup (workspace.cu) decides the l2 centring of
  * the narrow and wide passes and the scales of the order-free sums.
  * KMG_VERBOSE=1 in the environment traces every batch and iteration on
@@ -45,6 +46,7 @@
 #include "seed/seed_pp.h"
 #include "update/update.cuh"
 
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,7 @@ typedef struct kmg_fit
 	cudaGraphExec_t graph;		/* graph_iters iterations, or NULL */
 	int			graph_iters;
 	cudaGraphExec_t ppgraph;	/* KMG_PP_GRAPH k-means++ units, or NULL */
+	int			rs_rebuild;		/* the next iteration rebuilds the running sums */
 	void	   *arena;
 	char	   *pin;			/* pinned snapshots: 2 x (ctl + stats) */
 	size_t		snap_bytes;
@@ -73,9 +76,13 @@ typedef struct kmg_fit
 /* k-means++ units per captured graph */
 #define KMG_PP_GRAPH 16
 
-/* The kernels of one Lloyd iteration. */
+/*
+ * The kernels of one Lloyd iteration.  With running sums (a bounded fit,
+ * update/running.cu) the iteration moves them by its moved rows, or, when
+ * rebuild, sums every row afresh.
+ */
 static cudaError_t
-kmg_enqueue_iteration(kmg_fit *f)
+kmg_enqueue_iteration(kmg_fit *f, int rebuild)
 {
 	const kmg_args *a = &f->w.a;
 	cudaError_t e;
@@ -83,8 +90,13 @@ kmg_enqueue_iteration(kmg_fit *f)
 	if ((e = kmg_assign_pass(a, &f->sh.plan, KMG_MODE_ITER, f->w.filter_work, f->s)) != cudaSuccess ||
 		kmg_plan_fused(&f->sh.plan))
 		return e;				/* a fused pass ends the iteration itself */
-	if ((e = kmg_sort_labels(a, f->w.iota, f->w.sort_temp, f->sh.sort_bytes, f->s)) != cudaSuccess ||
-		(e = kmg_segment(a, KMG_MODE_ITER, 1, f->s)) != cudaSuccess)
+	if (a->bounded && f->w.rs.on)
+		e = rebuild ? kmg_running_rebuild(a, &f->w.rs, f->w.iota, f->w.sort_temp, f->sh.sort_bytes,
+										  f->s)
+			: kmg_running_update(a, &f->w.rs, f->s);
+	else if ((e = kmg_sort_labels(a, f->w.iota, f->w.sort_temp, f->sh.sort_bytes, f->s)) == cudaSuccess)
+		e = kmg_segment(a, KMG_MODE_ITER, 1, f->s);
+	if (e != cudaSuccess)
 		return e;
 	return kmg_finalize(a, KMG_FIN_ITER, f->s);
 }
@@ -312,7 +324,7 @@ kmg_make_graph(kmg_fit *f)
 	}
 	e = cudaSuccess;
 	for (int i = 0; i < f->graph_iters && e == cudaSuccess; i++)
-		e = kmg_enqueue_iteration(f);
+		e = kmg_enqueue_iteration(f, 0);
 	if (cudaStreamEndCapture(f->s, &g) != cudaSuccess || e != cudaSuccess || g == NULL ||
 		cudaGraphInstantiate(&f->graph, g, 0) != cudaSuccess)
 	{
@@ -364,6 +376,9 @@ typedef struct kmg_lloyd_state
 	int			relocated;		/* clusters re-seeded in the run */
 	int			verbose;		/* KMG_VERBOSE=1: every batch on stderr */
 	double		give_way;		/* kmg_screen_give_way's fraction of the rows */
+	int			profile_iter;	/* KMG_PROFILE_ITER=i: iteration i's launches
+								 * between cudaProfilerStart and Stop (ncu
+								 * --profile-from-start off), else 0 */
 	double		vlast;
 } kmg_lloyd_state;
 
@@ -387,16 +402,29 @@ kmg_lloyd_queue(kmg_fit *f, kmg_lloyd_state *ls, km_error *err)
 			m = ls->max_iter - ls->done_iters - ls->enq;
 		for (int i = 0; i < m;)
 		{
-			if (f->graph != NULL && m - i >= f->graph_iters)
+			const int	profiled = ls->profile_iter == ls->done_iters + ls->enq + i + 1;
+
+			if (profiled)
+				KMG_CK(cudaProfilerStart());
+			if (f->rs_rebuild)
+			{
+				/* the first iteration of a run, or the first after a re-seed */
+				KMG_CK(kmg_enqueue_iteration(f, 1));
+				f->rs_rebuild = 0;
+				i++;
+			}
+			else if (f->graph != NULL && m - i >= f->graph_iters)
 			{
 				KMG_CK(cudaGraphLaunch(f->graph, f->s));
 				i += f->graph_iters;
 			}
 			else
 			{
-				KMG_CK(kmg_enqueue_iteration(f));
+				KMG_CK(kmg_enqueue_iteration(f, 0));
 				i++;
 			}
+			if (profiled)
+				KMG_CK(cudaProfilerStop());
 		}
 		KMG_CK(cudaMemcpyAsync(snap, f->w.a.ctl, sizeof(kmg_ctl), cudaMemcpyDeviceToHost, f->s));
 		KMG_CK(cudaMemcpyAsync((char *) snap + sizeof(kmg_ctl), f->w.a.stats,
@@ -562,6 +590,7 @@ kmg_lloyd_reseed(kmg_fit *f, kmg_lloyd_state *ls, int *stop, km_error *err)
 	ls->inflight = 0;
 	ls->head = 0;
 	KMG_CK(kmg_enqueue_reseed(f));
+	f->rs_rebuild = 1;			/* the re-seed moved rows outside the screen */
 	KMG_CK(cudaMemcpyAsync(f->pin, f->w.a.ctl, sizeof(kmg_ctl), cudaMemcpyDeviceToHost, f->s));
 	KMG_CK(cudaMemcpyAsync(f->pin + sizeof(kmg_ctl), f->w.a.stats,
 						   (size_t) ls->max_iter * sizeof(kmg_stat), cudaMemcpyDeviceToHost,
@@ -605,6 +634,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	ls.batch = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
 	ls.verbose = venv != NULL && venv[0] == '1';
 	ls.give_way = kmg_screen_give_way_fraction();
+	ls.profile_iter = getenv("KMG_PROFILE_ITER") != NULL ? atoi(getenv("KMG_PROFILE_ITER")) : 0;
 	ls.vlast = kmg_now();
 	*stop_out = KMG_RUN;
 	*iters_out = 0;
@@ -697,6 +727,7 @@ kmg_run_start(kmg_fit *f, int run, km_error *err)
 		KMG_CK(cudaMemsetAsync(f->w.a.ub, 0xff, (size_t) f->w.a.n * sizeof(float), f->s));
 		KMG_CK(cudaMemsetAsync(f->w.a.bs, 0, sizeof(kmg_bstate), f->s));
 	}
+	f->rs_rebuild = 1;
 	if ((st = kmg_seed(f, run, err)) != KM_OK)
 		goto done;
 	KMG_CK(kmg_finalize(&f->w.a, KMG_FIN_SETUP, f->s));

@@ -128,6 +128,18 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 				w->a.Cprev = (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float));
 				w->a.drift = (float *) kmg_carve(&c, (size_t) k * sizeof(float));
 				w->a.bs = (kmg_bstate *) kmg_carve(&c, sizeof(kmg_bstate));
+				/* the running sums (update/running.cu) */
+				w->a.bold = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
+				w->rs.accmem = kmg_carve(&c, kmg_xsum_acc_bytes(k, sh->d, 2, 2));
+				w->rs.rows = (int32_t *) kmg_carve(&c, (size_t) 2 * n * sizeof(int32_t));
+				w->rs.count = (int32_t *) kmg_carve(&c, (size_t) 4 * k * sizeof(int32_t));
+				w->rs.cursor = w->rs.count + 2 * k;
+				w->rs.bounds = (int2 *) kmg_carve(&c, (size_t) 2 * k * sizeof(int2));
+				w->rs.pclus = (int2 *) kmg_carve(&c, (size_t) 2 * k * sizeof(int2));
+				w->rs.ptab = (int4 *) kmg_carve(&c, (size_t) 2 * w->a.maxpieces * sizeof(int4));
+				w->rs.npieces = (int *) kmg_carve(&c, sizeof(int));
+				w->rs.est = (double *) kmg_carve(&c, KMG_RUN_EST_BLOCKS * sizeof(double));
+				w->rs.xst = (int *) kmg_carve(&c, 4 * sizeof(int));
 			}
 		}
 	}
@@ -241,7 +253,8 @@ kmg_shape_without_rows16(kmg_shape *sh)
  * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides),
  * the float16 copy of the rows when the plan screens in float16, and, for a fit, the scale of the order-free inertia of the final pass
  * (the CPU engine's: km_fix_scale(max w * (cosine ? 2 : 4 max |x|^2) * 1.01,
- * n)).  Synchronises the stream.
+ * n)) and, with bounds, the levels of the running sums (update/running.cu).
+ * Synchronises the stream.
  */
 cudaError_t
 kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
@@ -316,6 +329,13 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 	w->a.wshift = km_fix_scale((double) st.wmax * 1.01 + 1e-300, sh->n).shift;
 	/* k-means++ potentials: terms w D2 <= wmax 4 xmax2 (seed_pp.h) */
 	w->pp_shift = kmg_pp_shift(st.wmax, st.xmax2, sh->n);
+	/* a bounded fit's running sums: their levels, or none (a->bold NULL) */
+	if (e == cudaSuccess && fit && w->a.bounded)
+	{
+		e = kmg_running_levels(&w->rs, &w->a, s);
+		if (!w->rs.on)
+			w->a.bold = NULL;
+	}
 	return e;
 }
 

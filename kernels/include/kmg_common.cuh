@@ -200,8 +200,10 @@ typedef struct kmg_args
 	 * on each row's distance to its centroid (ub) and a lower bound on its
 	 * distance to every other (lb), floats rounded outwards; the centroids
 	 * of the last assignment (Cprev, kp x dp) and how far each moved since
-	 * (drift); the rows the screen must decide (brow, bs->nlist of them).
-	 * bounded: the iterations use them.
+	 * (drift); the rows the screen must decide (brow, bs->nlist of them)
+	 * and, where the iterations keep running sums (update/running.cu), the
+	 * label each of them had before (bold, else NULL).  bounded: the
+	 * iterations use them.
 	 */
 	int			bounded;
 	float	   *ub;
@@ -209,6 +211,7 @@ typedef struct kmg_args
 	float	   *Cprev;
 	float	   *drift;
 	int32_t    *brow;
+	int32_t    *bold;
 	struct kmg_bstate *bs;
 	int32_t    *crow;
 	int32_t    *cids;

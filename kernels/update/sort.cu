@@ -151,11 +151,12 @@ kmg_bounds_kernel(kmg_args a)
 
 /*
  * Cut every cluster's rows into pieces of at most KMG_PIECE rows (an empty
- * cluster gets one empty piece), numbered cluster by cluster: one block,
- * a running block scan over the clusters.
+ * cluster gets one empty piece when empty_piece, so that the piece sums see
+ * it), numbered cluster by cluster: one block, a running block scan over
+ * the clusters.
  */
 __global__ void __launch_bounds__(1024)
-kmg_pieces_kernel(kmg_args a, const int32_t *count)
+kmg_pieces_kernel(kmg_args a, const int32_t *count, int empty_piece)
 {
 	typedef cub::BlockScan<int, 1024> Scan;
 	__shared__ typename Scan::TempStorage tmp;
@@ -197,7 +198,7 @@ kmg_pieces_kernel(kmg_args a, const int32_t *count)
 			if (count == NULL)
 				se = a.bounds[j];
 			np = (se.y - se.x + KMG_PIECE - 1) / KMG_PIECE;
-			if (np < 1)
+			if (np < 1 && empty_piece)
 				np = 1;
 		}
 		Scan(tmp).ExclusiveSum(np, off, tot);
@@ -357,7 +358,7 @@ kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp, size_t temp_
 		/* the bounds and pieces come with it: kmg_segment leaves them */
 		kmg_csort_count_kernel<<<tiles, 256, a->k * sizeof(int), stream>>>(*a, tile, cnt);
 		kmg_csort_prefix_kernel<<<(a->k + 31) / 32, 1024, 0, stream>>>(*a, tiles, cnt, off, tot);
-		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, tot);
+		kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, tot, 1);
 		kmg_csort_scatter_kernel<<<tiles, KMG_CSORT_NT, a->k * sizeof(int) + tile * sizeof(short),
 			stream>>>(*a, tile, off);
 		return cudaGetLastError();
@@ -385,7 +386,19 @@ kmg_label_pieces(const kmg_args *a, cudaStream_t stream)
 	if ((e = cudaMemsetAsync(a->bounds, 0, sizeof(int2) * a->k, stream)) != cudaSuccess)
 		return e;
 	kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);
-	kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, NULL);
+	kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, NULL, 1);
+	return cudaGetLastError();
+}
+
+/*
+ * Bounds and pieces of a->k keys from their counts (count[j] rows of key
+ * j, laid out key after key; no piece for a key without rows): running.cu's
+ * moved rows.
+ */
+cudaError_t
+kmg_pieces_of_counts(const kmg_args *a, const int32_t *count, cudaStream_t stream)
+{
+	kmg_pieces_kernel<<<1, 1024, 0, stream>>>(*a, count, 0);
 	return cudaGetLastError();
 }
 

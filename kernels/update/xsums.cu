@@ -168,13 +168,17 @@ kmg_xsums_rows4(const kmg_args &a, const kmg_xsum_acc &acc, int j, int m, const 
  * One block per piece.  Iteration (KMG_XSUMS_COST, _ESTIMATE): per level,
  * the sums of w x over the piece's rows and of w; the count; sum w * cost
  * for progress, from the exact costs or from the filter's estimate (fbest
- * + |x|^2, as sums.cu takes it).  Final pass: the count and the
- * order-free words of sum w * cost, as sums.cu's pieces make them
- * (km_fix_term of w * cost at a.ishift), added with carries; a piece that
- * met a term past the bound marks its cluster.
+ * + |x|^2, as sums.cu takes it).  KMG_XSUMS_MOVED: the same without the
+ * cost, and a piece of key k + j (running.cu's rows that left cluster j)
+ * is taken away from cluster j: -w x, -w and -count, cut into the same
+ * levels (the cut of -t is the negated cut of t), so that the accumulators
+ * hold exactly what the rows now in each cluster add up to.  Final pass:
+ * the count and the order-free words of sum w * cost, as sums.cu's pieces
+ * make them (km_fix_term of w * cost at a.ishift), added with carries; a
+ * piece that met a term past the bound marks its cluster.
  */
-__global__ void __launch_bounds__(KMG_XS_NT)
-kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
+static __device__ __forceinline__ void
+kmg_xsums_piece(const kmg_args &a, const kmg_xsum_acc &acc, int mode, int piece)
 {
 	const int	final = mode == KMG_XSUMS_FINAL;
 	__shared__ int srow[KMG_PIECE];
@@ -184,12 +188,9 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 	__shared__ float4 sx[8][KMG_XS_NT];	/* each thread's staged loads */
 	__shared__ double sacc[KMG_XS_NT * 4 * 2];	/* the row groups' level sums */
 	const int	tid = threadIdx.x;
-
-	if ((int) blockIdx.x >= *(volatile int *) a.npieces)
-		return;
-
-	const int4	t = a.ptab[blockIdx.x];
-	const int	j = t.x,
+	const int4	t = a.ptab[piece];
+	const int	leave = t.x >= a.k;	/* a piece of rows leaving cluster t.x - k */
+	const int	j = leave ? t.x - a.k : t.x,
 				lo = t.y,
 				m = t.z - t.y;
 	const int	d = a.d;
@@ -206,7 +207,8 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 	for (int p = tid; p < m; p += KMG_XS_NT)
 	{
 		const int	r = a.svals[lo + p];
-		const double w = a.W != NULL ? (double) a.W[r] : 1.0;
+		const double w0 = a.W != NULL ? (double) a.W[r] : 1.0;
+		const double w = leave ? -w0 : w0;
 
 		srow[p] = r;
 		sw[p] = w;
@@ -218,7 +220,7 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 
 			if (mode == KMG_XSUMS_COST)
 				ec += w * a.cost[r];
-			else
+			else if (mode == KMG_XSUMS_ESTIMATE)
 			{
 				const float xn = a.xnorm[r];
 				const double e = (double) a.fbest[r] + (double) (xn * xn);
@@ -320,7 +322,7 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 		sred[0][KM_XLEV_MAX] += sred[wv][KM_XLEV_MAX];
 		km_fix_add(&sfix[0], sfix[wv]);
 	}
-	atomicAdd(&acc.counts[j], (unsigned long long) m);
+	atomicAdd(&acc.counts[j], leave ? (unsigned long long) -(long long) m : (unsigned long long) m);
 	if (final)
 	{
 		const km_fix f = sfix[0];
@@ -341,7 +343,28 @@ kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
 	for (int l = 0; l < nlw; l++)
 		if (sred[0][l] != 0.0)
 			atomicAdd(&acc.ws[(size_t) l * a.k + j], sred[0][l]);
-	atomicAdd(acc.cost, sred[0][KM_XLEV_MAX]);
+	if (mode != KMG_XSUMS_MOVED)
+		atomicAdd(acc.cost, sred[0][KM_XLEV_MAX]);
+}
+
+/*
+ * The pieces a block takes: its own, and every gridDim.x-th after it (a
+ * grid smaller than the pieces: running.cu's moved rows, whose pieces the
+ * host cannot count).
+ */
+__global__ void __launch_bounds__(KMG_XS_NT)
+kmg_xsums_kernel(kmg_args a, kmg_xsum_acc acc, int mode)
+{
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+
+	const int	np = *(volatile int *) a.npieces;
+
+	for (int p = blockIdx.x; p < np; p += gridDim.x)
+	{
+		kmg_xsums_piece(a, acc, mode, p);
+		__syncthreads();		/* the shared arrays serve the next piece */
+	}
 }
 
 /*
@@ -361,6 +384,19 @@ kmg_xsums(const kmg_args *a, const kmg_xsum_acc *acc, int mode, cudaStream_t str
 	if ((e = kmg_label_pieces(a, stream)) != cudaSuccess)
 		return e;
 	kmg_xsums_kernel<<<a->maxpieces, KMG_XS_NT, 0, stream>>>(*a, *acc, mode);
+	return cudaGetLastError();
+}
+
+/*
+ * The same kernel over pieces already cut (a.ptab, *a.npieces of them,
+ * keys below 2k), grid blocks each taking every grid-th piece: running.cu's
+ * moved rows.
+ */
+cudaError_t
+kmg_xsums_pieces(const kmg_args *a, const kmg_xsum_acc *acc, int mode, int grid,
+				 cudaStream_t stream)
+{
+	kmg_xsums_kernel<<<grid, KMG_XS_NT, 0, stream>>>(*a, *acc, mode);
 	return cudaGetLastError();
 }
 

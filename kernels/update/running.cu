@@ -1,0 +1,350 @@
+/*
+ * running.cu
+ *	  Running sums: the exact per-cluster sums of a fit's iterations kept
+ *	  from one iteration to the next and moved by the rows whose label
+ *	  changed, so that an iteration with bounds (assign/bounds.cu) costs in
+ *	  proportion to the rows it screens, not to n.
+ *
+ * The sums are those of the split fits (xsums.cu): w x and w cut into the
+ * levels of km_xsum.h, where no addition rounds.  A row that moves from
+ * cluster o to j adds its pieces to j and its negated pieces to o (the cut
+ * of -t is the negated cut of t: magic-constant rounding is symmetric), so
+ * after any sequence of moves each cluster's levels hold exactly what a
+ * fresh sum of its present rows would hold, and each sum is rounded once,
+ * as the CPU engine rounds it (km_xlevels_round; then finalize.cu takes the
+ * mean as before).  No partial sum can leave the levels' room: a cluster's
+ * running value is a sum over disjoint rows (those it had, those that
+ * joined), at most n terms, which is what the levels were cut for.
+ *
+ * Per iteration, after the screen:
+ *   - kmg_run_count_kernel: over the rows the bounds listed (a->brow, with
+ *     a->bold their label before the screen), those whose label changed,
+ *     counted per key: key j for rows joining cluster j, key k + o for rows
+ *     leaving cluster o;
+ *   - the pieces of those 2k keys (sort.cu's pieces kernel, from counts);
+ *   - kmg_run_scatter_kernel: each moved row into its keys' places (the
+ *     order within a key is free: the sums are exact);
+ *   - the exact sums of those pieces (xsums.cu, KMG_XSUMS_MOVED: the keys
+ *     k.. subtract);
+ *   - kmg_run_estimate_kernel and kmg_run_clus_kernel: every cluster's
+ *     rounded sums into a->clus, as sums.cu leaves them for finalize.cu.
+ * The first iteration of a run, and the first after empty clusters were
+ * re-seeded (which moves rows outside the screen), rebuild the sums from
+ * every row instead (kmg_running_rebuild: sort, xsums.cu over all pieces).
+ *
+ * Plain C reference: the CPU engine's exact sums (km_xlevels_add over the
+ * rows, src/engine/cpu_assign.c); bench_engine.cu's bounds fits compare
+ * the model with the CPU engine's and with the fit without bounds.
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "prep/prep.cuh"
+#include "update/update.cuh"
+
+#include <algorithm>
+
+#define KMG_RUN_NT 256
+
+/* The per-iteration scratch an update zeroes first: count and cursor, 2k each. */
+static size_t
+kmg_run_scratch_bytes(int k)
+{
+	return (size_t) 4 * k * sizeof(int32_t);
+}
+
+/*
+ * The moved rows of the last screen, each with its two keys (-1: none):
+ * key_in = its new label, key_out = k + its old label (none for a row that
+ * had no label yet); rows not moved have neither.
+ */
+static __device__ __forceinline__ void
+kmg_run_keys(const kmg_args &a, int t, int *row, int *key_in, int *key_out)
+{
+	const int	r = a.brow[t];
+	const int	o = a.bold[t];
+	const int	j = a.labels[r];
+
+	*row = r;
+	*key_in = o != j ? j : -1;
+	*key_out = o != j && o >= 0 ? a.k + o : -1;
+}
+
+/*
+ * Rows of each key, one atomic per key a warp step (__match_any_sync:
+ * the first iteration moves every row into few clusters).
+ */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_count_kernel(kmg_args a, int32_t *count)
+{
+	const int	lane = threadIdx.x & 31;
+	const int	nl = *(volatile int *) &a.bs->nlist;
+	const int	stride = gridDim.x * blockDim.x;
+	const int	nup = (nl + 31) / 32 * 32;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < nup; t += stride)
+	{
+		int			r = -1,
+					kin = -1,
+					kout = -1;
+
+		if (t < nl)
+			kmg_run_keys(a, t, &r, &kin, &kout);
+		for (int side = 0; side < 2; side++)
+		{
+			const int	key = side == 0 ? kin : kout;
+			const unsigned same = __match_any_sync(0xffffffffu, key);
+
+			if (key >= 0 && lane == __ffs(same) - 1)
+				atomicAdd(&count[key], __popc(same));
+		}
+	}
+}
+
+/* Each moved row into its keys' places: bounds[key].x + a cursor. */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_scatter_kernel(kmg_args a, const int2 *bounds, int32_t *cursor, int32_t *rows)
+{
+	const int	lane = threadIdx.x & 31;
+	const int	nl = *(volatile int *) &a.bs->nlist;
+	const int	stride = gridDim.x * blockDim.x;
+	const int	nup = (nl + 31) / 32 * 32;
+	const unsigned below = (1u << lane) - 1u;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < nup; t += stride)
+	{
+		int			r = -1,
+					kin = -1,
+					kout = -1;
+
+		if (t < nl)
+			kmg_run_keys(a, t, &r, &kin, &kout);
+		for (int side = 0; side < 2; side++)
+		{
+			const int	key = side == 0 ? kin : kout;
+			const unsigned same = __match_any_sync(0xffffffffu, key);
+			const int	first = __ffs(same) - 1;
+			int			base = 0;
+
+			if (key >= 0 && lane == first)
+				base = bounds[key].x + atomicAdd(&cursor[key], __popc(same));
+			base = __shfl_sync(0xffffffffu, base, first);
+			if (key >= 0)
+				rows[base + __popc(same & below)] = r;
+		}
+	}
+}
+
+/*
+ * Progress's inertia estimate, sum w (fbest + |x|^2) over every row (rows
+ * the bounds skipped count with their last screened value), as sums.cu
+ * takes it: KMG_RUN_EST_BLOCKS fixed blocks, each a fixed tree, so the
+ * same rows give the same bits on any device.
+ */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_estimate_kernel(kmg_args a, double *part)
+{
+	__shared__ double red[KMG_RUN_NT / 32];
+	const int64_t stride = (int64_t) KMG_RUN_EST_BLOCKS * KMG_RUN_NT;
+	double		e = 0.0;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int64_t i = (int64_t) blockIdx.x * KMG_RUN_NT + threadIdx.x; i < a.n; i += stride)
+	{
+		const float xn = a.xnorm[i];
+		const double w = a.W != NULL ? (double) a.W[i] : 1.0;
+		const double v = (double) a.fbest[i] + (double) (xn * xn);
+
+		e += w * (v > 0.0 ? (a.cosine ? 0.5 * v : v) : 0.0);
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		e += __shfl_xor_sync(0xffffffffu, e, o);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = e;
+	__syncthreads();
+	if (threadIdx.x == 0)
+	{
+		for (int w = 1; w < KMG_RUN_NT / 32; w++)
+			e += red[w];
+		part[blockIdx.x] = e;
+	}
+}
+
+/*
+ * a->clus as sums.cu leaves it (k x KMG_CW(dp): sum w x, w, count, the
+ * estimate), each sum rounded once from its levels (at most two here: one
+ * IEEE addition); the whole estimate in cluster 0's column (finalize adds
+ * the column); clusters without weight counted, as the piece sums count
+ * them.
+ */
+#define KMG_RUN_CLUS_NT 128
+
+__global__ void __launch_bounds__(KMG_RUN_CLUS_NT)
+kmg_run_clus_kernel(kmg_args a, kmg_xsum_acc acc, const double *part)
+{
+	__shared__ double red[KMG_RUN_CLUS_NT / 32];
+	const int	j = blockIdx.x;
+	const int	d = a.d,
+				dp = a.dp;
+	const size_t kd = (size_t) a.k * d;
+	double	   *cl = a.clus + (size_t) j * KMG_CW(dp);
+	double		est = 0.0;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	if (j == 0)
+	{
+		/* the estimate's partials: runs of KMG_RUN_EST_BLOCKS / 128 in order, then a fixed tree */
+		const int	per = KMG_RUN_EST_BLOCKS / KMG_RUN_CLUS_NT;
+
+		for (int b = 0; b < per; b++)
+			est += part[threadIdx.x * per + b];
+		for (int o = 16; o > 0; o >>= 1)
+			est += __shfl_xor_sync(0xffffffffu, est, o);
+		if ((threadIdx.x & 31) == 0)
+			red[threadIdx.x >> 5] = est;
+		__syncthreads();
+		est = red[0];
+		for (int w = 1; w < KMG_RUN_CLUS_NT / 32; w++)
+			est += red[w];
+	}
+	for (int c = threadIdx.x; c < KMG_CW(dp); c += KMG_RUN_CLUS_NT)
+	{
+		double		v = 0.0;
+
+		if (c < d)
+		{
+			const double *s = acc.xs + (size_t) j * d + c;
+
+			v = acc.xlev.n == 1 ? s[0] : __dadd_rn(s[0], s[kd]);
+		}
+		else if (c == dp)
+		{
+			v = acc.wlev.n == 1 ? acc.ws[j] : __dadd_rn(acc.ws[j], acc.ws[a.k + j]);
+			if (!(v > 0.0))
+				atomicAdd(&a.ctl->nempty, 1);
+		}
+		else if (c == dp + 1)
+			v = (double) (long long) acc.counts[j];
+		else if (c == dp + 2 && j == 0)
+			v = est;
+		cl[c] = v;
+	}
+}
+
+/* Zero n 8-byte words (the accumulators), unless the run stopped. */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_zero_kernel(kmg_args a, unsigned long long *p, size_t n)
+{
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
+		 i += (size_t) gridDim.x * blockDim.x)
+		p[i] = 0ull;
+}
+
+/*
+ * The levels of the rows' sums (km_xstats of every row, as the split fits
+ * learn them): the running sums are on when they are exact in at most two
+ * levels (most data need one or two; others keep the piece sums of
+ * sums.cu).  Once per call, after the rows are prepared; synchronises.
+ */
+cudaError_t
+kmg_running_levels(kmg_running *rs, const kmg_args *a, cudaStream_t s)
+{
+	km_xstats	xs;
+	int			v[4];
+	cudaError_t e;
+
+	rs->on = 0;
+	km_xstats_init(&xs);
+	v[0] = xs.xmax;
+	v[1] = xs.xmin;
+	v[2] = xs.wmax;
+	v[3] = xs.wmin;
+	if ((e = cudaMemcpyAsync(rs->xst, v, sizeof(v), cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+		(e = kmg_xstats_rows(a->X, a->W, a->n, a->d, a->dp, 0, rs->xst, s)) != cudaSuccess ||
+		(e = cudaMemcpyAsync(v, rs->xst, sizeof(v), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+		(e = cudaStreamSynchronize(s)) != cudaSuccess)
+		return e;
+	xs.xmax = v[0];
+	xs.xmin = v[1];
+	xs.wmax = v[2];
+	xs.wmin = v[3];
+	kmg_xsum_acc_carve(&rs->acc, rs->accmem, a->k, a->d, 1, 1);
+	km_xlevels_for(&xs, a->n, a->W != NULL, a->W == NULL, &rs->acc.xlev, &rs->acc.wlev);
+	if (!rs->acc.xlev.exact || !rs->acc.wlev.exact || rs->acc.xlev.n > 2 || rs->acc.wlev.n > 2)
+		return cudaSuccess;
+	kmg_xsum_acc_carve(&rs->acc, rs->accmem, a->k, a->d, rs->acc.xlev.n, rs->acc.wlev.n);
+	rs->on = 1;
+	return cudaSuccess;
+}
+
+/* Every cluster's rounded sums and the estimate into a->clus. */
+static cudaError_t
+kmg_running_clus(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
+{
+	kmg_run_estimate_kernel<<<KMG_RUN_EST_BLOCKS, KMG_RUN_NT, 0, s>>>(*a, rs->est);
+	kmg_run_clus_kernel<<<a->k, KMG_RUN_CLUS_NT, 0, s>>>(*a, rs->acc, rs->est);
+	return cudaGetLastError();
+}
+
+/*
+ * The sums from every row (the first iteration of a run, or after a
+ * re-seed): the accumulators zeroed, the rows sorted by label, the exact
+ * sums of every piece, then a->clus.
+ */
+cudaError_t
+kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iota, void *temp,
+					size_t temp_bytes, cudaStream_t s)
+{
+	const size_t words = kmg_xsum_acc_bytes(a->k, a->d, rs->acc.xlev.n, rs->acc.wlev.n) / 8;
+	cudaError_t e;
+
+	kmg_run_zero_kernel<<<(unsigned) std::min<size_t>((words + KMG_RUN_NT - 1) / KMG_RUN_NT, 132 * 8),
+		KMG_RUN_NT, 0, s>>>(*a, (unsigned long long *) rs->accmem, words);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+		(e = kmg_sort_labels(a, iota, temp, temp_bytes, s)) != cudaSuccess ||
+		(e = kmg_xsums(a, &rs->acc, KMG_XSUMS_MOVED, s)) != cudaSuccess)
+		return e;
+	return kmg_running_clus(a, rs, s);
+}
+
+/*
+ * The sums moved by the rows the last screen relabelled (the file header),
+ * then a->clus.
+ */
+cudaError_t
+kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
+{
+	const int64_t want = (a->n + KMG_RUN_NT - 1) / KMG_RUN_NT;
+	const unsigned grid = (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+	kmg_args	m = *a;
+	cudaError_t e;
+
+	/* the 2k keys' pieces: key j joins cluster j, key k + o leaves cluster o */
+	m.k = 2 * a->k;
+	m.bounds = rs->bounds;
+	m.pclus = rs->pclus;
+	m.ptab = rs->ptab;
+	m.npieces = rs->npieces;
+	m.pdone = NULL;
+	m.svals = rs->rows;
+	m.maxpieces = 2 * kmg_max_pieces(a->n, a->k);
+	if ((e = cudaMemsetAsync(rs->count, 0, kmg_run_scratch_bytes(a->k), s)) != cudaSuccess)
+		return e;
+	kmg_run_count_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->count);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+		(e = kmg_pieces_of_counts(&m, rs->count, s)) != cudaSuccess)
+		return e;
+	kmg_run_scatter_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->bounds, rs->cursor, rs->rows);
+	m.k = a->k;					/* the sums' clusters */
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+		(e = kmg_xsums_pieces(&m, &rs->acc, KMG_XSUMS_MOVED, (int) grid, s)) != cudaSuccess)
+		return e;
+	return kmg_running_clus(a, rs, s);
+}
