@@ -1225,6 +1225,9 @@ static std::vector<vcase> cases = {
 		/* k-means++ on the device: long enough for the int8 filter and its lists */
 		{"k++ d=64 k=300 weights", 80000, 64, 300, KM_METRIC_L2, 1, KM_INIT_KMEANSPP, 5, 0.0, 1, 0, 31},
 		{"k++ d=128 k=64 n_init=2", 60000, 128, 64, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 8, 0.0, 2, 0, 32},
+		/* the screen with bounds and running sums through re-seeds (update/running.cu rebuilds) */
+		{"d=40 k=64 empties (far init) bounds", 30000, 40, 64, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 40, 0.0, 1, 3, 33},
+		{"d=40 k=64 empties weights0 bounds", 30000, 40, 64, KM_METRIC_L2, 2, KM_INIT_EXPLICIT, 40, 0.0, 1, 3, 34},
 };
 
 static void

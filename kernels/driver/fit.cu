@@ -79,7 +79,7 @@ typedef struct kmg_fit
 /*
  * The kernels of one Lloyd iteration.  With running sums (a bounded fit,
  * update/running.cu) the iteration moves them by its moved rows, or, when
- * rebuild, sums every row afresh.
+ * rebuild (a run's first), sums every row afresh.
  */
 static cudaError_t
 kmg_enqueue_iteration(kmg_fit *f, int rebuild)
@@ -408,7 +408,7 @@ kmg_lloyd_queue(kmg_fit *f, kmg_lloyd_state *ls, km_error *err)
 				KMG_CK(cudaProfilerStart());
 			if (f->rs_rebuild)
 			{
-				/* the first iteration of a run, or the first after a re-seed */
+				/* the first iteration of a run */
 				KMG_CK(kmg_enqueue_iteration(f, 1));
 				f->rs_rebuild = 0;
 				i++;
@@ -590,7 +590,6 @@ kmg_lloyd_reseed(kmg_fit *f, kmg_lloyd_state *ls, int *stop, km_error *err)
 	ls->inflight = 0;
 	ls->head = 0;
 	KMG_CK(kmg_enqueue_reseed(f));
-	f->rs_rebuild = 1;			/* the re-seed moved rows outside the screen */
 	KMG_CK(cudaMemcpyAsync(f->pin, f->w.a.ctl, sizeof(kmg_ctl), cudaMemcpyDeviceToHost, f->s));
 	KMG_CK(cudaMemcpyAsync(f->pin + sizeof(kmg_ctl), f->w.a.stats,
 						   (size_t) ls->max_iter * sizeof(kmg_stat), cudaMemcpyDeviceToHost,
@@ -727,7 +726,7 @@ kmg_run_start(kmg_fit *f, int run, km_error *err)
 		KMG_CK(cudaMemsetAsync(f->w.a.ub, 0xff, (size_t) f->w.a.n * sizeof(float), f->s));
 		KMG_CK(cudaMemsetAsync(f->w.a.bs, 0, sizeof(kmg_bstate), f->s));
 	}
-	f->rs_rebuild = 1;
+	f->rs_rebuild = f->w.a.bounded && f->w.rs.on;
 	if ((st = kmg_seed(f, run, err)) != KM_OK)
 		goto done;
 	KMG_CK(kmg_finalize(&f->w.a, KMG_FIN_SETUP, f->s));

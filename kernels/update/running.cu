@@ -17,20 +17,22 @@
  * joined), at most n terms, which is what the levels were cut for.
  *
  * Per iteration, after the screen:
- *   - kmg_run_count_kernel: over the rows the bounds listed (a->brow, with
+ *   - kmg_run_moved_kernel: over the rows the bounds listed (a->brow, with
  *     a->bold their label before the screen), those whose label changed,
  *     counted per key: key j for rows joining cluster j, key k + o for rows
  *     leaving cluster o;
  *   - the pieces of those 2k keys (sort.cu's pieces kernel, from counts);
- *   - kmg_run_scatter_kernel: each moved row into its keys' places (the
+ *   - kmg_run_moved_kernel again: each moved row into its keys' places (the
  *     order within a key is free: the sums are exact);
  *   - the exact sums of those pieces (xsums.cu, KMG_XSUMS_MOVED: the keys
  *     k.. subtract);
  *   - kmg_run_estimate_kernel and kmg_run_clus_kernel: every cluster's
  *     rounded sums into a->clus, as sums.cu leaves them for finalize.cu.
- * The first iteration of a run, and the first after empty clusters were
- * re-seeded (which moves rows outside the screen), rebuild the sums from
- * every row instead (kmg_running_rebuild: sort, xsums.cu over all pieces).
+ * The first iteration of a run sums every row instead (kmg_running_rebuild:
+ * sort, xsums.cu over all pieces).  A re-seed of empty clusters
+ * (finalize.cu) leaves the labels as they are: the row it gives an empty
+ * cluster moves there at the next screen, which the sums follow as any
+ * other move.
  *
  * Plain C reference: the CPU engine's exact sums (km_xlevels_add over the
  * rows, src/engine/cpu_assign.c); bench_engine.cu's bounds fits compare
@@ -70,41 +72,15 @@ kmg_run_keys(const kmg_args &a, int t, int *row, int *key_in, int *key_out)
 }
 
 /*
- * Rows of each key, one atomic per key a warp step (__match_any_sync:
- * the first iteration moves every row into few clusters).
+ * The moved rows' keys, a warp step at a time, one atomic per key and step
+ * (__match_any_sync: the first iteration moves every row into few
+ * clusters).  Without bounds: rows of each key into tally.  With bounds
+ * (the keys' [start, end) from their counts): each row into its keys'
+ * places in rows, at bounds[key].x + the key's cursor in tally (the order
+ * within a key is free: the sums are exact).
  */
 __global__ void __launch_bounds__(KMG_RUN_NT)
-kmg_run_count_kernel(kmg_args a, int32_t *count)
-{
-	const int	lane = threadIdx.x & 31;
-	const int	nl = *(volatile int *) &a.bs->nlist;
-	const int	stride = gridDim.x * blockDim.x;
-	const int	nup = (nl + 31) / 32 * 32;
-
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
-		return;
-	for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < nup; t += stride)
-	{
-		int			r = -1,
-					kin = -1,
-					kout = -1;
-
-		if (t < nl)
-			kmg_run_keys(a, t, &r, &kin, &kout);
-		for (int side = 0; side < 2; side++)
-		{
-			const int	key = side == 0 ? kin : kout;
-			const unsigned same = __match_any_sync(0xffffffffu, key);
-
-			if (key >= 0 && lane == __ffs(same) - 1)
-				atomicAdd(&count[key], __popc(same));
-		}
-	}
-}
-
-/* Each moved row into its keys' places: bounds[key].x + a cursor. */
-__global__ void __launch_bounds__(KMG_RUN_NT)
-kmg_run_scatter_kernel(kmg_args a, const int2 *bounds, int32_t *cursor, int32_t *rows)
+kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *rows)
 {
 	const int	lane = threadIdx.x & 31;
 	const int	nl = *(volatile int *) &a.bs->nlist;
@@ -130,7 +106,13 @@ kmg_run_scatter_kernel(kmg_args a, const int2 *bounds, int32_t *cursor, int32_t 
 			int			base = 0;
 
 			if (key >= 0 && lane == first)
-				base = bounds[key].x + atomicAdd(&cursor[key], __popc(same));
+			{
+				base = atomicAdd(&tally[key], __popc(same));
+				if (bounds != NULL)
+					base += bounds[key].x;
+			}
+			if (bounds == NULL)
+				continue;
 			base = __shfl_sync(0xffffffffu, base, first);
 			if (key >= 0)
 				rows[base + __popc(same & below)] = r;
@@ -294,8 +276,7 @@ kmg_running_clus(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 }
 
 /*
- * The sums from every row (the first iteration of a run, or after a
- * re-seed): the accumulators zeroed, the rows sorted by label, the exact
+ * The sums from every row (the first iteration of a run): the accumulators zeroed, the rows sorted by label, the exact
  * sums of every piece, then a->clus.
  */
 cudaError_t
@@ -337,11 +318,11 @@ kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 	m.maxpieces = 2 * kmg_max_pieces(a->n, a->k);
 	if ((e = cudaMemsetAsync(rs->count, 0, kmg_run_scratch_bytes(a->k), s)) != cudaSuccess)
 		return e;
-	kmg_run_count_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->count);
+	kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, NULL, rs->count, NULL);
 	if ((e = cudaGetLastError()) != cudaSuccess ||
 		(e = kmg_pieces_of_counts(&m, rs->count, s)) != cudaSuccess)
 		return e;
-	kmg_run_scatter_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->bounds, rs->cursor, rs->rows);
+	kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->bounds, rs->cursor, rs->rows);
 	m.k = a->k;					/* the sums' clusters */
 	if ((e = cudaGetLastError()) != cudaSuccess ||
 		(e = kmg_xsums_pieces(&m, &rs->acc, KMG_XSUMS_MOVED, (int) grid, s)) != cudaSuccess)
