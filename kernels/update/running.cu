@@ -276,8 +276,9 @@ kmg_running_clus(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 }
 
 /*
- * The sums from every row (the first iteration of a run): the accumulators zeroed, the rows sorted by label, the exact
- * sums of every piece, then a->clus.
+ * The sums from every row (the first iteration of a run): the accumulators
+ * zeroed, the rows sorted by label, the exact sums of every piece, then
+ * a->clus.
  */
 cudaError_t
 kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iota, void *temp,
@@ -315,7 +316,6 @@ kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 	m.npieces = rs->npieces;
 	m.pdone = NULL;
 	m.svals = rs->rows;
-	m.maxpieces = 2 * kmg_max_pieces(a->n, a->k);
 	if ((e = cudaMemsetAsync(rs->count, 0, kmg_run_scratch_bytes(a->k), s)) != cudaSuccess)
 		return e;
 	kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, NULL, rs->count, NULL);
