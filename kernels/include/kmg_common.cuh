@@ -28,9 +28,11 @@
  * KM_FILTER_DPAD, zero padding), so that the GEMM filter, the fused small-k
  * passes and the exact distance all read the same copy.  For l2 that copy is
  * the raw rows; for cosine a normalised copy (km_normalize_row).  Everything
- * that decides a result is computed in a fixed order or in exact integer
- * arithmetic (128-bit fixed-point sums added with integer atomics): no
- * floating-point atomics anywhere, so a fit is bit-identical from run to run.
+ * that decides a result is computed in a fixed order or exactly: 128-bit
+ * fixed-point sums added with integer atomics, or doubles added with atomics
+ * only where no addition can round (the levels of km_xsum.h: the split fits'
+ * sums, update/xsums.cu, and a bounded fit's running sums, update/running.cu),
+ * so a fit is bit-identical from run to run.
  */
 #ifndef KMG_COMMON_CUH
 #define KMG_COMMON_CUH

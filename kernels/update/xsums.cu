@@ -16,7 +16,8 @@
  * engine bit for bit.
  *
  * Why it is fast enough.  One block per piece of at most KMG_PIECE rows of
- * one cluster (the pieces of sort.cu), the piece's rows and weights staged
+ * one cluster (the pieces of sort.cu; a smaller grid's blocks take every
+ * gridDim-th piece), the piece's rows and weights staged
  * in shared memory, threads over 16-byte column chunks (groups of threads
  * over the rows when d is small), eight rows' loads in flight as cp.async
  * copies, as sums.cu reads them; the groups' sums added in shared memory,
