@@ -136,13 +136,7 @@ kmg_run_estimate_kernel(kmg_args a, double *part)
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 	for (int64_t i = (int64_t) blockIdx.x * KMG_RUN_NT + threadIdx.x; i < a.n; i += stride)
-	{
-		const float xn = a.xnorm[i];
-		const double w = a.W != NULL ? (double) a.W[i] : 1.0;
-		const double v = (double) a.fbest[i] + (double) (xn * xn);
-
-		e += w * (v > 0.0 ? (a.cosine ? 0.5 * v : v) : 0.0);
-	}
+		e += (a.W != NULL ? (double) a.W[i] : 1.0) * kmg_row_estimate(a, i);
 	for (int o = 16; o > 0; o >>= 1)
 		e += __shfl_xor_sync(0xffffffffu, e, o);
 	if ((threadIdx.x & 31) == 0)
@@ -158,8 +152,8 @@ kmg_run_estimate_kernel(kmg_args a, double *part)
 
 /*
  * a->clus as sums.cu leaves it (k x KMG_CW(dp): sum w x, w, count, the
- * estimate), each sum rounded once from its levels (at most two here: one
- * IEEE addition); the whole estimate in cluster 0's column (finalize adds
+ * estimate), each sum rounded once from its levels (km_xlevels_round; at
+ * most two levels here: one IEEE addition); the whole estimate in cluster 0's column (finalize adds
  * the column); clusters without weight counted, as the piece sums count
  * them.
  */
@@ -199,14 +193,10 @@ kmg_run_clus_kernel(kmg_args a, kmg_xsum_acc acc, const double *part)
 		double		v = 0.0;
 
 		if (c < d)
-		{
-			const double *s = acc.xs + (size_t) j * d + c;
-
-			v = acc.xlev.n == 1 ? s[0] : __dadd_rn(s[0], s[kd]);
-		}
+			v = km_xlevels_round(acc.xs + (size_t) j * d + c, acc.xlev.n, kd);
 		else if (c == dp)
 		{
-			v = acc.wlev.n == 1 ? acc.ws[j] : __dadd_rn(acc.ws[j], acc.ws[a.k + j]);
+			v = km_xlevels_round(acc.ws + j, acc.wlev.n, (size_t) a.k);
 			if (!(v > 0.0))
 				atomicAdd(&a.ctl->nempty, 1);
 		}
@@ -216,17 +206,6 @@ kmg_run_clus_kernel(kmg_args a, kmg_xsum_acc acc, const double *part)
 			v = est;
 		cl[c] = v;
 	}
-}
-
-/* Zero n 8-byte words (the accumulators), unless the run stopped. */
-__global__ void __launch_bounds__(KMG_RUN_NT)
-kmg_run_zero_kernel(kmg_args a, unsigned long long *p, size_t n)
-{
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
-		return;
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
-		 i += (size_t) gridDim.x * blockDim.x)
-		p[i] = 0ull;
 }
 
 /*
@@ -276,20 +255,18 @@ kmg_running_clus(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 }
 
 /*
- * The sums from every row (the first iteration of a run): the accumulators
- * zeroed, the rows sorted by label, the exact sums of every piece, then
- * a->clus.
+ * The sums from every row (the first iteration of a run, queued right after
+ * its start, so never behind a stop): the accumulators zeroed, the rows
+ * sorted by label, the exact sums of every piece, then a->clus.
  */
 cudaError_t
 kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iota, void *temp,
 					size_t temp_bytes, cudaStream_t s)
 {
-	const size_t words = kmg_xsum_acc_bytes(a->k, a->d, rs->acc.xlev.n, rs->acc.wlev.n) / 8;
 	cudaError_t e;
 
-	kmg_run_zero_kernel<<<(unsigned) std::min<size_t>((words + KMG_RUN_NT - 1) / KMG_RUN_NT, 132 * 8),
-		KMG_RUN_NT, 0, s>>>(*a, (unsigned long long *) rs->accmem, words);
-	if ((e = cudaGetLastError()) != cudaSuccess ||
+	if ((e = cudaMemsetAsync(rs->accmem, 0, kmg_xsum_acc_bytes(a->k, a->d, rs->acc.xlev.n,
+															   rs->acc.wlev.n), s)) != cudaSuccess ||
 		(e = kmg_sort_labels(a, iota, temp, temp_bytes, s)) != cudaSuccess ||
 		(e = kmg_xsums(a, &rs->acc, KMG_XSUMS_MOVED, s)) != cudaSuccess)
 		return e;

@@ -80,12 +80,7 @@ kmg_piece_sums_kernel(kmg_args a, int mode, int with_sums, int fold)
 		ew += w;
 		en++;
 		if (mode == KMG_MODE_ITER)
-		{
-			const float xn = a.xnorm[r];
-			double		e = (double) a.fbest[r] + (double) (xn * xn);
-
-			ee += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
-		}
+			ee += w * kmg_row_estimate(a, r);
 		else if (fix)
 			km_fix_add(&ef, km_fix_term(w * a.cost[r], fs));
 		else

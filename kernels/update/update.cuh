@@ -12,6 +12,21 @@
 #include "kmg_common.cuh"
 #include "km_xsum.h"
 
+/*
+ * A row's term of an iteration's inertia estimate (progress only): the
+ * filter's best value plus |x|^2, the squared distance it stands for (half
+ * of it for cosine), 0 when rounding made it negative.  Weighted by the
+ * caller.  Shared by sums.cu, xsums.cu and running.cu.
+ */
+static __device__ __forceinline__ double
+kmg_row_estimate(const kmg_args &a, int64_t r)
+{
+	const float xn = a.xnorm[r];
+	const double e = (double) a.fbest[r] + (double) (xn * xn);
+
+	return e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0;
+}
+
 /* ---- sort.cu ---- */
 size_t		kmg_sort_temp_bytes(int64_t n, int k);
 cudaError_t kmg_sort_labels(const kmg_args *a, const int32_t *iota, void *temp,

@@ -222,12 +222,7 @@ kmg_xsums_piece(const kmg_args &a, const kmg_xsum_acc &acc, int mode, int piece)
 			if (mode == KMG_XSUMS_COST)
 				ec += w * a.cost[r];
 			else if (mode == KMG_XSUMS_ESTIMATE)
-			{
-				const float xn = a.xnorm[r];
-				const double e = (double) a.fbest[r] + (double) (xn * xn);
-
-				ec += w * (e > 0.0 ? (a.cosine ? 0.5 * e : e) : 0.0);
-			}
+				ec += w * kmg_row_estimate(a, r);
 			for (int l = 1; l < nlw; l++)
 			{
 				const double h = (v + acc.wlev.magic[l]) - acc.wlev.magic[l];
