@@ -14,10 +14,11 @@
  * by a margin far above the rounding of the exact cost (ub and lb are
  * floats, so ub < lb means at least 2^-24 apart): km_exact_nearest would
  * give the same label, so the row is not screened and its label stays.  A
- * row whose bounds cross first has ub tightened to its distance (the
- * warp's sum of its exact terms); only rows that still cross are listed (a->brow), and the
- * screen decides those as it decides every row without bounds.  So the
- * labels, and the model, are those of a fit without bounds, bit for bit.
+ * row whose bounds cross by less than twice its centroid's drift first has
+ * ub tightened to its distance (the sum of its exact terms); only rows
+ * that still cross are listed (a->brow), and the screen decides those as
+ * it decides every row without bounds.  So every iteration's labels are
+ * the exact nearest centroids of its centroids, as without bounds.
  * Every bound is rounded outwards (drifts and ub up, lb down) with 2^-30 of
  * room over the double sums it comes from.
  *
@@ -34,6 +35,7 @@
 #include <math.h>
 
 #define KMG_BD_NT 256			/* threads of both kernels */
+#define KMG_BD_LANE_ROWS 8		/* crossing rows in a warp from which each lane measures its own */
 
 /*
  * drift_j = |C_j - Cprev_j| rounded up (a warp a centroid: the differences
@@ -149,10 +151,11 @@ kmg_bounds_drift_kernel(kmg_args a)
 }
 
 /*
- * Per row: the bounds moved by the drifts; where they cross, ub tightened
- * to the distance to the row's centroid (a warp a row); the rows that still cross
- * (or have no bounds) appended to a->brow, a warp's rows with one atomic,
- * with their label so far on a->bold when the fit keeps running sums.
+ * Per row: the bounds moved by the drifts; where they cross by less than
+ * twice the centroid's drift, ub tightened to the distance to the row's
+ * centroid; the rows that still cross (or have no bounds) appended to
+ * a->brow, a warp's rows with one atomic, with their label so far on
+ * a->bold when the fit keeps running sums.
  */
 __global__ void __launch_bounds__(KMG_BD_NT)
 kmg_bounds_rows_kernel(kmg_args a)
@@ -186,43 +189,83 @@ kmg_bounds_rows_kernel(kmg_args a)
 			need = 1;
 			if (j >= 0 && isfinite(u))
 			{
-				u = __fadd_ru(u, a.drift[j]);
+				const float dj = a.drift[j];
+
 				l = __fsub_rd(l, j == jmax ? dmax2 : dmax1);
+				/*
+				 * Measured only where that may pass: the distance now is at
+				 * least about ub - drift_j when ub was measured at the last
+				 * iteration, so a row that crosses by more goes to the
+				 * screen unread (early iterations: most rows).  A choice of
+				 * work only; every label is decided exactly either way.
+				 */
+				cross = !(__fadd_ru(u, dj) < l) && u - dj < l;
+				u = __fadd_ru(u, dj);
 				has = 1;
-				cross = !(u < l);
 			}
 		}
 
 		/*
-		 * The crossing rows' distance to their centroid, the warp on one row
-		 * at a time (a lane a 16-byte column chunk): each term (x - c)^2 is
-		 * exact in double, so their sum in any order is what kmg_sqrt_ru
-		 * rounds outwards.
+		 * The crossing rows' distance to their centroid: each term (x - c)^2
+		 * is exact in double, so their sum in any order is what kmg_sqrt_ru
+		 * rounds outwards.  Many crossing rows in the warp: a lane a row, its
+		 * 16-byte chunks in turn (the loads of many rows in flight); few:
+		 * the warp on one row at a time (a lane a chunk).
 		 */
-		for (unsigned cm = __ballot_sync(0xffffffffu, cross); cm != 0; cm &= cm - 1)
+		const unsigned cm0 = __ballot_sync(0xffffffffu, cross);
+
+		if (__popc(cm0) >= KMG_BD_LANE_ROWS)
 		{
-			const int	src = __ffs(cm) - 1;
-			const int64_t ri = __shfl_sync(0xffffffffu, (long long) i, src);
-			const int	rj = __shfl_sync(0xffffffffu, j, src);
-			const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) ri * a.dp);
-			const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) rj * a.dp);
-			double		s = 0.0;
-
-			for (int q = lane; q < q4; q += 32)
+			if (cross)
 			{
-				const float4 x = x4[q],
-							c = c4[q];
-				const double t0 = (double) x.x - (double) c.x,
-							t1 = (double) x.y - (double) c.y,
-							t2 = (double) x.z - (double) c.z,
-							t3 = (double) x.w - (double) c.w;
+				const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp);
+				const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp);
+				double		s0 = 0.0,
+							s1 = 0.0;
 
-				s += t0 * t0 + t1 * t1 + t2 * t2 + t3 * t3;
+#pragma unroll 4
+				for (int q = 0; q < q4; q++)
+				{
+					const float4 x = x4[q],
+								c = c4[q];
+					const double t0 = (double) x.x - (double) c.x,
+								t1 = (double) x.y - (double) c.y,
+								t2 = (double) x.z - (double) c.z,
+								t3 = (double) x.w - (double) c.w;
+
+					s0 += t0 * t0 + t1 * t1;
+					s1 += t2 * t2 + t3 * t3;
+				}
+				u = kmg_sqrt_ru(s0 + s1);
 			}
-			for (int o = 16; o > 0; o >>= 1)
-				s += __shfl_xor_sync(0xffffffffu, s, o);
-			if (lane == src)
-				u = kmg_sqrt_ru(s);
+		}
+		else
+		{
+			for (unsigned cm = cm0; cm != 0; cm &= cm - 1)
+			{
+				const int	src = __ffs(cm) - 1;
+				const int64_t ri = __shfl_sync(0xffffffffu, (long long) i, src);
+				const int	rj = __shfl_sync(0xffffffffu, j, src);
+				const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) ri * a.dp);
+				const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) rj * a.dp);
+				double		s = 0.0;
+
+				for (int q = lane; q < q4; q += 32)
+				{
+					const float4 x = x4[q],
+								c = c4[q];
+					const double t0 = (double) x.x - (double) c.x,
+								t1 = (double) x.y - (double) c.y,
+								t2 = (double) x.z - (double) c.z,
+								t3 = (double) x.w - (double) c.w;
+
+					s += t0 * t0 + t1 * t1 + t2 * t2 + t3 * t3;
+				}
+				for (int o = 16; o > 0; o >>= 1)
+					s += __shfl_xor_sync(0xffffffffu, s, o);
+				if (lane == src)
+					u = kmg_sqrt_ru(s);
+			}
 		}
 		if (has)
 		{
