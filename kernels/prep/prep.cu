@@ -19,6 +19,7 @@
 #include "km_xsum.h"
 #include "prep/prep.cuh"
 
+#include <algorithm>
 #include <string.h>
 
 /*
@@ -415,6 +416,50 @@ kmg_xstats_kernel(const float *__restrict__ X, const float *__restrict__ W, int6
 	}
 }
 
+/*
+ * The same for unweighted l2 rows, read as one array of 16-byte chunks
+ * (coalesced; the thread a row above reads 32 rows apart at every step).
+ * Without weights or
+ * norms a row adds the largest and the least nonzero exponent of its
+ * values, so any grouping of the values gives the same bounds; the zeros
+ * past d change neither.
+ */
+__global__ void __launch_bounds__(256)
+kmg_xstats_flat_kernel(const float4 *__restrict__ X4, int64_t n4, int *out)
+{
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	uint32_t	hi = 0,
+				lo = 255;
+
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride)
+	{
+		const float4 v = X4[i];
+		const float f[4] = {v.x, v.y, v.z, v.w};
+
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+		{
+			const uint32_t bits = __float_as_uint(f[c]) & 0x7fffffffu;
+			const uint32_t e = bits >> 23;
+
+			hi = max(hi, e);
+			if (bits != 0)
+				lo = min(lo, max(e, 1u));
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+		lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+	}
+	if ((threadIdx.x & 31) == 0 && lo != 255)
+	{
+		/* km_xstats_add of a nonzero row, unweighted, l2 */
+		atomicMax(&out[0], (int) hi - 126);
+		atomicMin(&out[1], (int) lo - 150);
+	}
+}
+
 cudaError_t
 kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp, int cosine, int *out,
 				cudaStream_t stream)
@@ -423,6 +468,15 @@ kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp, int co
 
 	if (n == 0)
 		return cudaSuccess;
+	if (W == NULL && !cosine && dp % 4 == 0 && ((uintptr_t) X & 15) == 0)
+	{
+		const int64_t n4 = n * (dp / 4);
+
+		blocks = std::min<int64_t>((n4 + 255) / 256, 132 * 8);
+		kmg_xstats_flat_kernel<<<(unsigned) blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(X),
+																	   n4, out);
+		return cudaGetLastError();
+	}
 	if (blocks > 132 * 8)
 		blocks = 132 * 8;
 	kmg_xstats_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, W, n, d, dp, cosine, out);
