@@ -208,36 +208,18 @@ kmg_bounds_rows_kernel(kmg_args a)
 		/*
 		 * The crossing rows' distance to their centroid: each term (x - c)^2
 		 * is exact in double, so their sum in any order is what kmg_sqrt_ru
-		 * rounds outwards.  Many crossing rows in the warp: a lane a row, its
-		 * 16-byte chunks in turn (the loads of many rows in flight); few:
-		 * the warp on one row at a time (a lane a chunk).
+		 * rounds outwards.  Many crossing rows in the warp: a lane a row
+		 * (kmg_chain4, the loads of many rows in flight); few: the warp on
+		 * one row at a time (a lane a 16-byte chunk).
 		 */
 		const unsigned cm0 = __ballot_sync(0xffffffffu, cross);
 
 		if (__popc(cm0) >= KMG_BD_LANE_ROWS)
 		{
 			if (cross)
-			{
-				const float4 *x4 = reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp);
-				const float4 *c4 = reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp);
-				double		s0 = 0.0,
-							s1 = 0.0;
-
-#pragma unroll 4
-				for (int q = 0; q < q4; q++)
-				{
-					const float4 x = x4[q],
-								c = c4[q];
-					const double t0 = (double) x.x - (double) c.x,
-								t1 = (double) x.y - (double) c.y,
-								t2 = (double) x.z - (double) c.z,
-								t3 = (double) x.w - (double) c.w;
-
-					s0 += t0 * t0 + t1 * t1;
-					s1 += t2 * t2 + t3 * t3;
-				}
-				u = kmg_sqrt_ru(s0 + s1);
-			}
+				u = kmg_sqrt_ru(kmg_chain4(reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp),
+										   reinterpret_cast<const float4 *>(a.C + (size_t) j * a.dp),
+										   q4, 0.0, 0));
 		}
 		else
 		{

@@ -123,6 +123,31 @@ kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *ro
 }
 
 /*
+ * The moved rows of the list's slice [t0, t1), each into its keys in
+ * shared memory: counted (rows NULL), or placed in rows at its key's
+ * cursor.
+ */
+static __device__ __forceinline__ void
+kmg_run_slice(const kmg_args &a, int t0, int t1, int32_t *sk, int32_t *rows)
+{
+	for (int t = t0 + threadIdx.x; t < t1; t += KMG_RUN_NT)
+	{
+		int			r,
+					key[2];
+
+		kmg_run_keys(a, t, &r, &key[0], &key[1]);
+		for (int side = 0; side < 2; side++)
+			if (key[side] >= 0)
+			{
+				const int	at = atomicAdd(&sk[key[side]], 1);
+
+				if (rows != NULL)
+					rows[at] = r;
+			}
+	}
+}
+
+/*
  * The same, each block over a contiguous slice of the list with the keys
  * counted in shared memory first (nkeys = 2k of them, at most
  * KMG_RUN_BLOCK_KEYS), so a key takes one global atomic a block, not one a
@@ -145,18 +170,7 @@ kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32
 	for (int key = threadIdx.x; key < nkeys; key += KMG_RUN_NT)
 		sk[key] = 0;
 	__syncthreads();
-	for (int t = t0 + threadIdx.x; t < t1; t += KMG_RUN_NT)
-	{
-		int			r,
-					kin,
-					kout;
-
-		kmg_run_keys(a, t, &r, &kin, &kout);
-		if (kin >= 0)
-			atomicAdd(&sk[kin], 1);
-		if (kout >= 0)
-			atomicAdd(&sk[kout], 1);
-	}
+	kmg_run_slice(a, t0, t1, sk, NULL);
 	__syncthreads();
 	for (int key = threadIdx.x; key < nkeys; key += KMG_RUN_NT)
 	{
@@ -173,18 +187,7 @@ kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32
 	if (bounds == NULL)
 		return;
 	__syncthreads();
-	for (int t = t0 + threadIdx.x; t < t1; t += KMG_RUN_NT)
-	{
-		int			r,
-					kin,
-					kout;
-
-		kmg_run_keys(a, t, &r, &kin, &kout);
-		if (kin >= 0)
-			rows[atomicAdd(&sk[kin], 1)] = r;
-		if (kout >= 0)
-			rows[atomicAdd(&sk[kout], 1)] = r;
-	}
+	kmg_run_slice(a, t0, t1, sk, rows);
 }
 
 /*
