@@ -419,10 +419,9 @@ kmg_xstats_kernel(const float *__restrict__ X, const float *__restrict__ W, int6
 /*
  * The same for unweighted l2 rows, read as one array of 16-byte chunks
  * (coalesced; the thread a row above reads 32 rows apart at every step).
- * Without weights or
- * norms a row adds the largest and the least nonzero exponent of its
- * values, so any grouping of the values gives the same bounds; the zeros
- * past d change neither.
+ * Without weights or norms a row adds the largest and the least nonzero
+ * exponent of its values, so any grouping of the values gives the same
+ * bounds; the zeros past d change neither.
  */
 __global__ void __launch_bounds__(256)
 kmg_xstats_flat_kernel(const float4 *__restrict__ X4, int64_t n4, int *out)
