@@ -1319,6 +1319,23 @@ sgemm_ms(const cublas_fns *cb, int64_t n, int d, int k)
 	return t[t.size() / 2];
 }
 
+/* Seconds of one fit into r (labels when r->labels); a failure counted, as "FAIL what fit: ...". */
+static double
+timed_fit(km_gpu_dataset *ds, km_params *p, km_result *r, const char *what)
+{
+	km_error	err;
+	const double t0 = now();
+	const km_status st = api->dataset_fit(ds, p, NULL, r, &err);
+	const double t = now() - t0;
+
+	if (st != KM_OK)
+	{
+		printf("FAIL %s fit: %s\n", what, err.message);
+		failures++;
+	}
+	return t;
+}
+
 /* A dataset holding the n rows of x (d floats each), streamed as a scan would; NULL on failure. */
 static km_gpu_dataset *
 dataset_of(const float *x, int64_t n, int d, km_error *err)
@@ -1342,24 +1359,14 @@ static double
 fit_seconds(km_gpu_dataset *ds, km_params *p, int d, int max_iter, int *iters)
 {
 	km_result	r;
-	km_error	err;
-	double		t0,
-				t;
-	km_status	st;
+	double		t;
 
 	r.centroids = (float *) malloc(sizeof(float) * p->k * d);
 	r.sizes = (int64_t *) malloc(sizeof(int64_t) * p->k);
 	r.cluster_inertia = (double *) malloc(sizeof(double) * p->k);
 	r.labels = NULL;
 	p->max_iter = max_iter;
-	t0 = now();
-	st = api->dataset_fit(ds, p, NULL, &r, &err);
-	t = now() - t0;
-	if (st != KM_OK)
-	{
-		printf("FAIL bench fit: %s\n", err.message);
-		failures++;
-	}
+	t = timed_fit(ds, p, &r, "bench");
 	*iters = r.iterations;
 	free(r.centroids);
 	free(r.sizes);
@@ -1685,8 +1692,10 @@ bounds_bench(void)
 		double		toff = 1e30,
 					ton = 1e30,
 					t1 = 1e30;
-		char		msg[400];
+		char		msg[400],
+					label[40];
 
+		snprintf(label, sizeof(label), "bounds %s:", sh->name);
 		if (ds == NULL)
 		{
 			printf("FAIL bounds %s: dataset: %s\n", sh->name, err.message);
@@ -1719,7 +1728,7 @@ bounds_bench(void)
 		for (int rep = 0; rep < 2; rep++)
 			for (int b = 0; b < 2; b++)
 			{
-				double		t0;
+				double		t;
 
 				setenv("KMG_BOUNDS", b ? "1" : "0", 1);
 				if (rep == 1 && b == 1 && vsaved != NULL)
@@ -1732,16 +1741,11 @@ bounds_bench(void)
 					result_free(&r[b]);
 				result_alloc(&r[b], sh->n, sh->d, sh->k);
 				p.max_iter = 300;
-				t0 = now();
-				if (api->dataset_fit(ds, &p, NULL, &r[b], &err) != KM_OK)
-				{
-					printf("FAIL bounds %s: fit: %s\n", sh->name, err.message);
-					failures++;
-				}
+				t = timed_fit(ds, &p, &r[b], label);
 				if (b)
-					ton = std::min(ton, now() - t0);
+					ton = std::min(ton, t);
 				else
-					toff = std::min(toff, now() - t0);
+					toff = std::min(toff, t);
 				unsetenv("KMG_VERBOSE");
 			}
 		/* with labels, as the fits above: their copy to the host is part of the fixed time */
@@ -1750,16 +1754,9 @@ bounds_bench(void)
 		for (int rep = 0; rep < 2; rep++)
 		{
 			km_result	r1;
-			double		t0;
 
 			result_alloc(&r1, sh->n, sh->d, sh->k);
-			t0 = now();
-			if (api->dataset_fit(ds, &p, NULL, &r1, &err) != KM_OK)
-			{
-				printf("FAIL bounds %s: fit: %s\n", sh->name, err.message);
-				failures++;
-			}
-			t1 = std::min(t1, now() - t0);
+			t1 = std::min(t1, timed_fit(ds, &p, &r1, label));
 			result_free(&r1);
 		}
 		unsetenv("KMG_BOUNDS");
