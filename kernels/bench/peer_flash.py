@@ -98,7 +98,7 @@ def log(*a):
 
 # ---- The engine's C interface (kmeans_engine.h, kmeans_gpu_cuda.h) through ctypes ----
 
-KM_GPU_ABI = 3
+KM_GPU_ABI = 4
 KM_ENGINE_ABI = 2
 KM_OK, KM_ERR_DEVICE_FATAL = 0, 5
 KM_INIT_EXPLICIT = 2
@@ -176,7 +176,8 @@ class KmGpuApi(ctypes.Structure):
         ("release_all", ctypes.CFUNCTYPE(None)),
     ] + [(name, c_void_p) for name in (
         "kmd_device_bytes", "kmd_host_bytes", "kmd_open", "kmd_steps_of", "kmd_close",
-        "kmd_silhouette", "split_plan", "split_fit", "split_assign", "copy_rate")]
+        "kmd_silhouette", "split_plan", "split_fit", "split_assign", "copy_rate",
+        "dataset_drain_start", "dataset_drain_finish", "dataset_drain_stop")]
 
 
 # Sizes and offsets as gcc x86-64 lays the headers out (a C program printing
@@ -184,7 +185,7 @@ class KmGpuApi(ctypes.Structure):
 # this file misses fails here, before any call.
 C_LAYOUT = {
     (KmError, None): 260, (KmChunk, None): 24, (KmData, None): 24, (KmParams, None): 56,
-    (KmHooks, None): 48, (KmResult, None): 56, (KmEngine, None): 56, (KmGpuApi, None): 192,
+    (KmHooks, None): 48, (KmResult, None): 56, (KmEngine, None): 56, (KmGpuApi, None): 216,
     (KmGpuDevice, None): 168,
     (KmParams, "tol"): 8, (KmParams, "init"): 16, (KmParams, "init_centroids"): 24,
     (KmParams, "metric"): 32, (KmParams, "seed"): 40, (KmParams, "n_init"): 48,
@@ -192,6 +193,7 @@ C_LAYOUT = {
     (KmResult, "relocated"): 52, (KmEngine, "fit"): 24, (KmEngine, "assign"): 32,
     (KmEngine, "seed"): 48, (KmGpuApi, "engine"): 48, (KmGpuApi, "dataset_create"): 56,
     (KmGpuApi, "dataset_fit"): 88, (KmGpuApi, "release_all"): 104, (KmGpuApi, "copy_rate"): 184,
+    (KmGpuApi, "dataset_drain_stop"): 208,
     (KmGpuDevice, "total_bytes"): 136, (KmGpuDevice, "multiprocessors"): 160,
     (KmData, "chunks"): 8, (KmData, "n"): 16, (KmHooks, "n_threads"): 40,
 }
