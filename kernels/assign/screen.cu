@@ -74,6 +74,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * wgmma's 64-byte swizzle (the Hopper screen's layout, in shared memory and,
+ * for its rows' copy and operand, in global memory): the 16-byte chunk c of
+ * row r of a slice (64 bytes a row) lies at position c ^ kmg_sw64(r).
+ */
+static __device__ __forceinline__ int
+kmg_sw64(int r)
+{
+	return (r >> 1) & 3;
+}
+
 namespace
 {
 
@@ -265,6 +276,18 @@ kmg_least_two_add(float &m, float &m2, float v)
 {
 	m2 = fminf(m2, fmaxf(m, v));
 	m = fminf(m, v);
+}
+
+/*
+ * The least two (lo, hi) of the union of two sets, from each set's least
+ * two (la, ha) and (lb, hb): the same values as kmg_least_two_add over
+ * both sets' values, in any order.
+ */
+__device__ __forceinline__ void
+kmg_least_two_merge(float &lo, float &hi, float la, float ha, float lb, float hb)
+{
+	lo = fminf(la, lb);
+	hi = fminf(fmaxf(la, lb), fminf(ha, hb));
 }
 
 /*
@@ -752,21 +775,38 @@ kmg_screen_kernel(kmg_args a, int mode)
  * of 64 rows, its rows' slices stay in shared memory for the whole walk
  * (read from global memory once, not once a centroid tile), and only the
  * operand's slices stream through a ring of WST stages.  Each warpgroup's
- * tile is m64 n128 (64 accumulators a thread, the layout of eight
- * m16n8 fragments side by side), its operands read by the tensor cores from
- * shared memory in the no-swizzle core-matrix layout (8 rows x 16 bytes
- * contiguous; a slice of 32 columns is 4 of them across, LBO 128 bytes,
- * and groups of 8 rows 512 bytes apart, SBO).  A warp owns 16 whole rows
- * of the tile, so each row has one list (2 SMC entries) and one running
- * best, kept by the row's 4 threads.  The values, thresholds, lists and
- * the end of the block are the mma.sync kernel's (kmg_screen_decide).
+ * tile is m64 n128 (64 accumulators a thread, the layout of eight m16n8
+ * fragments side by side).  A warp owns 16 whole rows of the tile, so each
+ * row has one list (2 SMC entries) and one running best, kept by the row's
+ * 4 threads.  The values, thresholds, lists and the end of the block are
+ * the mma.sync kernel's (kmg_screen_decide).
+ *
+ * The copies are what bounded this kernel (an experiment without the MMAs,
+ * the lists and the decisions took 96 % of its time), so:
+ *	- the tensor cores read both operands from shared memory in wgmma's
+ *	  64-byte swizzle (K-major, 8 rows of 64 bytes an atom, SBO 512): chunk
+ *	  c (16 bytes) of row r of a slice at position c ^ kmg_sw64(r) of the
+ *	  row.  The rows' copy (a->Xh, kmg_screen_rows16 with a->xhwg) and the
+ *	  operand (kmg_screen_prepare_kernel) are laid out so in global memory,
+ *	  so a slice is one linear copy, and a row's 64 bytes stay together;
+ *	- the operand's slices come by bulk copy (the copy engine, one thread
+ *	  issuing 8 KB counted on the stage's mbarrier) instead of 16 bytes a
+ *	  thread; where the whole operand fits the ring (tiles x slices <= WST,
+ *	  e.g. k 256 at dp 96) it is copied once and stays;
+ *	- the grid is persistent (at most two blocks an SM): the ring runs on
+ *	  from one row block into the next, and each warpgroup copies its next
+ *	  rows (bulk copies on its own mbarrier; with bounds a gather of the
+ *	  listed rows by cp.async) as soon as its last MMAs of a block are done,
+ *	  under that tile's epilogue and its decisions, which need only the
+ *	  warpgroup's own barrier (1 + wg).
  */
 constexpr int WNT = 256;		/* two warpgroups */
 constexpr int WKS = 4;			/* the rows' k-slices kept in shared memory: dp <= 128 */
 constexpr int WST = 6;			/* the operand's ring */
 constexpr int WMC = 2 * SMC;	/* a row's list */
 constexpr size_t WSMEM = (size_t) WKS * SLICE_BYTES + (size_t) WST * (SLICE_BYTES + SBN * sizeof(float)) +
-	(size_t) SBM * WMC * (sizeof(float) + sizeof(int)) + (size_t) 5 * SBM * sizeof(int);
+	(size_t) SBM * WMC * (sizeof(float) + sizeof(int)) + (size_t) 5 * SBM * sizeof(int) +
+	(size_t) (WST + 2) * sizeof(uint64_t) + 512;	/* + the buffers' alignment */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KMG_WGMMA 1
@@ -782,8 +822,8 @@ __device__ const int kmg_wgmma_built = KMG_WGMMA;
 __device__ __forceinline__ uint64_t
 kmg_wg_desc(unsigned addr)
 {
-	return (uint64_t) ((addr & 0x3FFFF) >> 4) | ((uint64_t) (128 >> 4) << 16) |
-		((uint64_t) (512 >> 4) << 32);
+	return (uint64_t) ((addr & 0x3FFFF) >> 4) | ((uint64_t) 1 << 16) | ((uint64_t) (512 >> 4) << 32) |
+		((uint64_t) 2 << 62);
 }
 
 /* d += a b^T over 16 float16 columns: a 64 rows, b 128 centroids, both in shared memory. */
@@ -826,6 +866,50 @@ kmg_wg_wait()
 	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+/* an mbarrier at shared address mb: made for one arrival */
+__device__ __forceinline__ void
+kmg_mbar_init(unsigned mb)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mb) : "memory");
+}
+
+/*
+ * bytes from global src to shared dst (both 16-byte aligned, a multiple of
+ * 16 bytes) by the copy engine, counted on mbarrier mb
+ */
+__device__ __forceinline__ void
+kmg_bulk_copy(unsigned dst, const void *src, unsigned bytes, unsigned mb)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+				 ::"r"(dst), "l"(src), "r"(bytes), "r"(mb) : "memory");
+}
+
+/* mb's phase completes once its one arrival and bytes of copies are in */
+__device__ __forceinline__ void
+kmg_mbar_expect(unsigned mb, unsigned bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
+}
+
+/* wait until mb's phase of this parity has completed */
+__device__ __forceinline__ void
+kmg_mbar_wait(unsigned mb, unsigned parity)
+{
+	asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+				 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+				 "@!p bra WAIT_%=;\n}\n" ::"r"(mb), "r"(parity) : "memory");
+}
+
+/* the 128 threads of warpgroup wg (named barrier 1 + wg) */
+__device__ __forceinline__ void
+kmg_wg_bar(int wg)
+{
+	if (wg == 0)
+		asm volatile("bar.sync 1, 128;\n" ::: "memory");
+	else
+		asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
 /* cp.async's writes, seen by the tensor cores' (async proxy) reads */
 __device__ __forceinline__ void
 kmg_fence_proxy_async()
@@ -836,7 +920,11 @@ kmg_fence_proxy_async()
 
 /*
  * The Hopper screen (above): B as kmg_screen_kernel's.  WNT threads, WSMEM
- * bytes of dynamic shared memory, dp <= WKS slices; float16 only.
+ * bytes of dynamic shared memory, dp <= WKS slices; float16 only, the rows
+ * and operand laid out for it (a->xhwg).  Block b takes row blocks b, b +
+ * gridDim.x, ...; the ring's stage s is filled by thread 0 and waited for
+ * on mbarrier s (its phase flips each fill), a warpgroup's rows on mbarrier
+ * WST + wg (one phase a row block), or with B by cp.async.
  */
 template <bool B>
 __global__ void __launch_bounds__(WNT, 2)
@@ -846,7 +934,8 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 	constexpr int WPF = WST - 2;	/* slices copied ahead */
 
 	extern __shared__ __align__(128) unsigned char kmg_ssmem[];
-	unsigned char *sA = kmg_ssmem;	/* the block's rows: WKS slices */
+	/* the swizzle repeats every 512 bytes of the address: the buffers begin at such a boundary */
+	unsigned char *sA = kmg_ssmem + ((512u - ((unsigned) __cvta_generic_to_shared(kmg_ssmem) & 511u)) & 511u);
 	unsigned char *sB = sA + WKS * SLICE_BYTES;	/* the operand's ring */
 	float	   *scn = (float *) (sB + WST * SLICE_BYTES);	/* a tile's S cn_j, in its first slice's stage */
 	float	   *sval = scn + WST * SBN;	/* [row][WMC] */
@@ -856,14 +945,17 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 	float	   *swbest = (float *) (sover + SBM);
 	float	   *sslack = swbest + SBM;
 	float	   *swsecond = sslack + SBM;
+	uint64_t   *smbar = (uint64_t *) (swsecond + SBM);	/* WST stages', then each warpgroup's rows' */
 
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
 	const int	wg = warp >> 2;	/* warpgroup: rows 64 wg on */
+	const int	wt = tid & 127;	/* thread of the warpgroup */
 	const int	g = lane >> 2,
 				t4 = lane & 3;
 	const int	r0 = wg * 64 + (warp & 3) * 16 + g;	/* this thread's rows: r0, r0 + 8 */
+	const int	rd = wg * 64 + wt;	/* the row this thread decides (wt < 64) */
 	const int	ks = (a.dp + 31) / 32;
 	const int	tiles = (a.kp + SBN - 1) / SBN;
 	const int	total = tiles * ks;
@@ -873,144 +965,273 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 
-	const float cmax = a.ctl->cmax;
-	const int	all_exact = a.ctl->all_exact;
-	const int	ce = kmg_screen16_ce(a);
 	const int64_t nrows = B ? (int64_t) *(volatile int *) &a.bs->nlist : a.n;
 	const int64_t nblk = (nrows + SBM - 1) / SBM;
 
+	if ((int64_t) blockIdx.x >= nblk)
+		return;
+
+	const float cmax = a.ctl->cmax;
+	const int	all_exact = a.ctl->all_exact;
+	const int	ce = kmg_screen16_ce(a);
+	const int64_t nmine = (nblk - 1 - blockIdx.x) / gridDim.x + 1;	/* row blocks of this block */
+	/* the whole operand fits the ring: copied once, slice s in stage s */
+	const bool	resident = total <= WST;
+	const int	nst = resident ? total : WST;
+
 	/*
-	 * This thread's copies: 16-byte chunks c = tid % 4 of rows tid / 4 and
-	 * tid / 4 + 64 of a slice (128 rows of 64 bytes in global memory), to
-	 * the core-matrix layout: chunk c of row r at ((r / 8) 4 + c) 128 +
-	 * (r % 8) 16; the second row's is 4096 bytes on in both.
+	 * With B, this thread gathers position cc of the warpgroup's rows cr
+	 * and cr + 32 of each slice (a warp's 16-byte copies fill 512
+	 * contiguous bytes of shared memory); the second row's is 2048 bytes on.
 	 */
-	const int	cr = tid >> 2,
-				cc = tid & 3;
-	const unsigned cso = (unsigned) ((((cr >> 3) * 4 + cc) * 128) + (cr & 7) * 16);
-	const unsigned cgo = (unsigned) (cr * SSLICE + cc * 16);
+	const int	cc = lane & 3;
+	const int	cr = wg * 64 + (warp & 3) * 8 + (lane >> 2);
+	const unsigned cso = (unsigned) (cr * SSLICE + cc * 16);
 	const unsigned sAa = (unsigned) __cvta_generic_to_shared(sA);
 	const unsigned sBa = (unsigned) __cvta_generic_to_shared(sB);
 	const unsigned sCa = (unsigned) __cvta_generic_to_shared(scn);
+	const unsigned sMa = (unsigned) __cvta_generic_to_shared(smbar);
 
-	for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x)
+	if (tid == 0)
+		for (int u = 0; u < WST + 2; u++)
+			kmg_mbar_init(sMa + 8 * u);
+	__syncthreads();
+
+	/*
+	 * The stream's next operand slice (slice ld_qs of the operand, laid out
+	 * as the stage is: kmg_screen_prepare_kernel) into stage ld_st, one
+	 * bulk copy by thread 0 counted on the stage's mbarrier; cn with a
+	 * tile's first.  Nothing past the stream's end.
+	 */
+	int			ld_qs = 0,
+				ld_st = 0;
+	int64_t		ld_left = resident ? total : nmine * total;
+
+	auto load = [&] ()
 	{
-		const int64_t e0 = blk * SBM;
-
-		if (tid < SBM)
+		if (ld_left > 0 && tid == 0)
 		{
-			const int64_t e = e0 + tid;
+			const unsigned mb = sMa + 8 * (unsigned) ld_st;
+			const bool	first = ld_qs % ks == 0;
 
-			scnt[tid] = 0;
-			sover[tid] = 0;
-			sslack[tid] = e < nrows ?
-				kmg_row_screen_slack<true>(a, a.xnorm[B ? (int64_t) a.brow[e] : e], cmax, all_exact, ce)
-				: 0.0f;
+			kmg_mbar_expect(mb, SLICE_BYTES + (first ? SBN * sizeof(float) : 0));
+			kmg_bulk_copy(sBa + (unsigned) ld_st * SLICE_BYTES, Bt + (size_t) ld_qs * SLICE_BYTES,
+						  SLICE_BYTES, mb);
+			if (first)
+				kmg_bulk_copy(sCa + (unsigned) ld_st * SBN * 4, Cnt + (size_t) (ld_qs / ks) * SBN * sizeof(float),
+							  SBN * sizeof(float), mb);
 		}
+		ld_left--;
+		ld_qs = ld_qs + 1 == total ? 0 : ld_qs + 1;
+		ld_st = ld_st + 1 == WST ? 0 : ld_st + 1;
+	};
 
-		/* the block's rows, every slice: one group */
+	/* the stored row of entry e of a row block (B: of the list; 0 past its end) */
+	auto row_of = [&] (int64_t e) -> int64_t
+	{
+		return B ? (e < nrows ? (int64_t) a.brow[e] : 0) : e;
+	};
+
+	/*
+	 * The warpgroup's rows of the row block at e0, every slice (Xh is in
+	 * the stage's order: kmg_screen_rows16_kernel).  B: each thread its
+	 * chunks of rows i0 and i1 (cp.async, one group; zeros past the list);
+	 * else the warpgroup's 4096 bytes of each slice, one bulk copy a slice
+	 * by its first thread, counted on its rows' mbarrier.
+	 */
+	auto copy_rows = [&] (int64_t e0, int64_t i0, int64_t i1)
+	{
+		if (B)
+		{
 #pragma unroll
-		for (int u = 0; u < 2; u++)
-		{
-			const int64_t e = e0 + cr + 64 * u;
-			const int	ok = B ? e < nrows : 1;	/* float16 blocks are whole: zeros past n */
-			const int64_t i = B ? (ok ? (int64_t) a.brow[e] : 0) : e;
-			const char *src = (const char *) a.Xh + (size_t) ((i / SBM) * ks) * SLICE_BYTES +
-				(i % SBM) * SSLICE + cc * 16;
-
-			for (int sl = 0; sl < ks; sl++)
-				kmg_cp16_zfill_at(sAa + sl * SLICE_BYTES + cso + 4096 * u, src + (size_t) sl * SLICE_BYTES,
-								  ok ? 16 : 0);
-		}
-		kmg_cp16_commit();
-
-		/* operand slice q (slice q % ks of tile q / ks) into stage q % WST; cn with a tile's first */
-		auto load = [&] (int q)
-		{
-			if (q < total)
+			for (int u = 0; u < 2; u++)
 			{
-				const unsigned st = (unsigned) (q % WST);
-				const char *bq = Bt + (size_t) q * SLICE_BYTES + cgo;
+				const int64_t i = u ? i1 : i0;
+				const int	ok = e0 + cr + 32 * u < nrows;
+				const int	ri = (int) (i % SBM);
+				/* position cc of row cr holds chunk cc ^ kmg_sw64(cr), at cc ^ sw(cr) ^ sw(ri) in row ri */
+				const char *src = (const char *) a.Xh + (size_t) ((i / SBM) * ks) * SLICE_BYTES +
+					ri * SSLICE + ((cc ^ kmg_sw64(cr) ^ kmg_sw64(ri)) * 16);
 
-				kmg_cp16_zfill_at(sBa + st * SLICE_BYTES + cso, bq, 16);
-				kmg_cp16_zfill_at(sBa + st * SLICE_BYTES + cso + 4096, bq + 4096, 16);
-				if (q % ks == 0 && tid < SBN / 4)
-					kmg_cp16_zfill_at(sCa + st * SBN * 4 + tid * 16,
-									  Cnt + ((size_t) (q / ks) * SBN + tid * 4) * sizeof(float), 16);
+				for (int sl = 0; sl < ks; sl++)
+					kmg_cp16_zfill_at(sAa + sl * SLICE_BYTES + cso + 2048 * u, src + (size_t) sl * SLICE_BYTES,
+									  ok ? 16 : 0);
 			}
 			kmg_cp16_commit();
-		};
+		}
+		else if (wt == 0)
+		{
+			const unsigned mb = sMa + 8 * (WST + wg);
+			const char *src = (const char *) a.Xh + (size_t) ((e0 / SBM) * ks) * SLICE_BYTES + wg * 4096;
 
+			kmg_mbar_expect(mb, (unsigned) ks * 4096);
+			for (int sl = 0; sl < ks; sl++)
+				kmg_bulk_copy(sAa + sl * SLICE_BYTES + wg * 4096, src + (size_t) sl * SLICE_BYTES, 4096, mb);
+		}
+	};
+
+	int64_t		blk = blockIdx.x;
+	int64_t		e0 = blk * SBM;
+
+	/* the first row block: its rows, its slack's |x|, the ring's first slices */
+	int64_t		ci0 = row_of(e0 + cr),
+				ci1 = row_of(e0 + cr + 32);
+	float		xn_next = 0.0f;
+
+	if (wt < 64 && e0 + rd < nrows)
+		xn_next = a.xnorm[row_of(e0 + rd)];
+	if (wt < 64)
+	{
+		scnt[rd] = 0;
+		sover[rd] = 0;
+	}
+	copy_rows(e0, ci0, ci1);
 #pragma unroll
-		for (int p = 0; p < WPF; p++)
-			load(p);
+	for (int p = 0; p < WPF; p++)
+		load();
+
+	int			st = 0;			/* the stage of the slice walked */
+	unsigned	parity = 0;		/* bit s: the phase of stage s's mbarrier to wait for */
+	int			moved = 0;
+
+	for (int64_t j = 0; j < nmine; j++, blk += gridDim.x, e0 = blk * SBM)
+	{
+		const int64_t e1 = e0 + (int64_t) gridDim.x * SBM;	/* the next row block */
+		const bool	next = j + 1 < nmine;
+
+		/* this block's slack (its epilogues read it past the first slice's barrier) */
+		if (wt < 64)
+			sslack[rd] = e0 + rd < nrows ? kmg_row_screen_slack<true>(a, xn_next, cmax, all_exact, ce) : 0.0f;
+		/* the next block's row ids, a block ahead (B: read from the list) */
+		if (next)
+		{
+			ci0 = row_of(e1 + cr);
+			ci1 = row_of(e1 + cr + 32);
+		}
 
 		float		acc[64];
 		float		rbest[2] = {INFINITY, INFINITY},
 					rsecond[2] = {INFINITY, INFINITY};
-		int			q = 0;
 
 		for (int t = 0; t < tiles; t++)
 		{
-			for (int sl = 0; sl < ks; sl++, q++)
+			for (int sl = 0; sl < ks; sl++, st = st + 1 == nst ? 0 : st + 1)
 			{
-				const unsigned st = (unsigned) (q % WST);
-
-				/* slice q is in (and the rows); slice q - 2's MMAs are done: its stage is free */
-				kmg_cp16_wait<WPF - 1>();
-				kmg_fence_proxy_async();
+				/*
+				 * this slice is in (and at the block's first, its rows);
+				 * the MMAs of the slice two before are done: its stage is
+				 * free for the slice WPF on
+				 */
+				if (t == 0 && sl == 0)
+				{
+					if (B)
+					{
+						kmg_cp16_wait<0>();
+						kmg_fence_proxy_async();
+					}
+					else
+						kmg_mbar_wait(sMa + 8 * (WST + wg), (unsigned) (j & 1));
+				}
+				kmg_mbar_wait(sMa + 8 * (unsigned) st, (parity >> st) & 1);
+				if (!resident)
+					parity ^= 1u << st;
 				kmg_wg_wait<1>();
-				__syncthreads();
-				load(q + WPF);
+				if (!resident)
+					__syncthreads();
+				else if (t == 0 && sl == 0)
+					kmg_wg_bar(wg);
+				load();
 				if (sl == 0)
 				{
 					/* the tile's addends S cn_j: columns 8 j + 2 t4 + (0, 1) */
 #pragma unroll
-					for (int j = 0; j < 16; j++)
+					for (int jj = 0; jj < 16; jj++)
 					{
-						const float2 c2 = *reinterpret_cast<const float2 *>(scn + st * SBN + j * 8 + 2 * t4);
+						const float2 c2 = *reinterpret_cast<const float2 *>(scn + st * SBN + jj * 8 + 2 * t4);
 
-						acc[4 * j] = acc[4 * j + 2] = c2.x;
-						acc[4 * j + 1] = acc[4 * j + 3] = c2.y;
+						acc[4 * jj] = acc[4 * jj + 2] = c2.x;
+						acc[4 * jj + 1] = acc[4 * jj + 3] = c2.y;
 					}
 				}
 				kmg_wg_fence();
 #pragma unroll
 				for (int kk = 0; kk < 2; kk++)
-					kmg_wgmma_m64n128k16(acc, kmg_wg_desc(sAa + sl * SLICE_BYTES + wg * 4096 + kk * 256),
-										 kmg_wg_desc(sBa + st * SLICE_BYTES + kk * 256));
+					kmg_wgmma_m64n128k16(acc, kmg_wg_desc(sAa + sl * SLICE_BYTES + wg * 4096 + kk * 32),
+										 kmg_wg_desc(sBa + st * SLICE_BYTES + kk * 32));
 				kmg_wg_commit();
 			}
 			kmg_wg_wait<0>();
 
+			if (t == tiles - 1 && next)
+			{
+				/*
+				 * the warpgroup's MMAs have read its rows: the next block's
+				 * rows into their place, under this epilogue and the
+				 * decisions
+				 */
+				kmg_wg_bar(wg);	/* every warp's MMAs */
+				copy_rows(e1, ci0, ci1);
+				if (wt < 64 && e1 + rd < nrows)
+					xn_next = a.xnorm[row_of(e1 + rd)];
+			}
+
 			/*
 			 * The tile's epilogue: the running best of each of this
 			 * thread's two rows (the least of its 4 threads' values so
-			 * far) and the values within the slack of it, listed.
+			 * far) and the values within the slack of it, listed.  A
+			 * thread's 32 values of a row are taken in groups of four
+			 * (columns 8 jj + 2 t4 + e, jj = 2 q and 2 q + 1): the least
+			 * (and with B the second least) as a tree, not a chain, and
+			 * a group is searched for candidates only where its least
+			 * is within the threshold.
 			 */
 #pragma unroll
 			for (int h = 0; h < 2; h++)
 			{
 				const int	r = r0 + 8 * h;
-				float		m = INFINITY,
+				float		glo[8],
+							ghi[8];
+
+#pragma unroll
+				for (int gq = 0; gq < 8; gq++)
+				{
+					const float v0 = acc[8 * gq + 2 * h],
+								v1 = acc[8 * gq + 2 * h + 1],
+								v2 = acc[8 * gq + 4 + 2 * h],
+								v3 = acc[8 * gq + 4 + 2 * h + 1];
+
+					if (B)
+						kmg_least_two_merge(glo[gq], ghi[gq], fminf(v0, v1), fmaxf(v0, v1),
+											fminf(v2, v3), fmaxf(v2, v3));
+					else
+						glo[gq] = fminf(fminf(v0, v1), fminf(v2, v3));
+				}
+
+				float		m,
 							m2 = INFINITY,
 							mw;
 
 				if (B)
 				{
+					float		l4[4],
+								h4[4],
+								l2[2],
+								h2[2];
+
 #pragma unroll
-					for (int j = 0; j < 16; j++)
+					for (int u = 0; u < 4; u++)
+						kmg_least_two_merge(l4[u], h4[u], glo[2 * u], ghi[2 * u], glo[2 * u + 1], ghi[2 * u + 1]);
 #pragma unroll
-						for (int e = 0; e < 2; e++)
-							kmg_least_two_add(m, m2, acc[4 * j + 2 * h + e]);
+					for (int u = 0; u < 2; u++)
+						kmg_least_two_merge(l2[u], h2[u], l4[2 * u], h4[2 * u], l4[2 * u + 1], h4[2 * u + 1]);
+					kmg_least_two_merge(m, m2, l2[0], h2[0], l2[1], h2[1]);
 					mw = kmg_quad_least_two(m, m2);
 					rsecond[h] = fminf(fminf(rsecond[h], m2), fmaxf(rbest[h], mw));
 				}
 				else
 				{
-#pragma unroll
-					for (int j = 0; j < 16; j++)
-						m = fminf(m, fminf(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+					m = fminf(fminf(fminf(glo[0], glo[1]), fminf(glo[2], glo[3])),
+							  fminf(fminf(glo[4], glo[5]), fminf(glo[6], glo[7])));
 					mw = kmg_quad_least(m);
 				}
 				rbest[h] = fminf(rbest[h], mw);
@@ -1020,12 +1241,21 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 				if (!(m <= thr))
 					continue;
 #pragma unroll
-				for (int j = 0; j < 16; j++)
+				for (int gq = 0; gq < 8; gq++)
+					if (glo[gq] <= thr)
+					{
 #pragma unroll
-					for (int e = 0; e < 2; e++)
-						if (acc[4 * j + 2 * h + e] <= thr)
-							kmg_list_candidate(acc[4 * j + 2 * h + e], t * SBN + j * 8 + 2 * t4 + e, r, WMC,
-											   sval, sid, scnt, sover, r);
+						for (int u = 0; u < 4; u++)
+						{
+							const int	jj = 2 * gq + (u >> 1),
+										e = u & 1;
+							const float v = acc[4 * jj + 2 * h + e];
+
+							if (v <= thr)
+								kmg_list_candidate(v, t * SBN + jj * 8 + 2 * t4 + e, r, WMC,
+												   sval, sid, scnt, sover, r);
+						}
+					}
 			}
 		}
 		if (t4 == 0)
@@ -1036,20 +1266,22 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 				if (B)
 					swsecond[r0 + 8 * h] = rsecond[h];
 			}
-		kmg_cp16_wait<0>();
-		__syncthreads();
+		/* the warpgroup's lists and bests are complete */
+		kmg_wg_bar(wg);
 
-		int			moved = 0;
-
-		if (tid < SBM && e0 + tid < nrows)
-			moved = kmg_screen_decide<true, B>(a, mode, B ? (int64_t) a.brow[e0 + tid] : e0 + tid,
-											   swbest[tid], B ? swsecond[tid] : 0.0f, sslack[tid],
-											   sover[tid], sval + tid * WMC, sid + tid * WMC, scnt + tid,
-											   1, WMC, ce);
-		if (mode == KMG_MODE_ITER)
-			kmg_block_add_int(moved, &a.ctl->moved);
-		__syncthreads();		/* the next block of rows reuses the shared memory */
+		if (wt < 64)
+		{
+			if (e0 + rd < nrows)
+				moved += kmg_screen_decide<true, B>(a, mode, row_of(e0 + rd), swbest[rd],
+													B ? swsecond[rd] : 0.0f, sslack[rd], sover[rd],
+													sval + rd * WMC, sid + rd * WMC, scnt + rd, 1, WMC, ce);
+			/* the next block's lists (its first epilogue is past a barrier of the warpgroup) */
+			scnt[rd] = 0;
+			sover[rd] = 0;
+		}
 	}
+	if (mode == KMG_MODE_ITER)
+		kmg_block_add_int(moved, &a.ctl->moved);
 #endif
 }
 
@@ -1140,7 +1372,7 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
  */
 template <bool H>
 __global__ void
-kmg_screen_prepare_kernel(kmg_args a, int tiles)
+kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 {
 	typedef typename kmg_sfmt<H>::T T;
 	constexpr int SBK = SSLICE / (int) sizeof(T);
@@ -1169,9 +1401,11 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles)
 			const int	col = sl * SBK + c;
 			const int	in = j < a.k && col < a.dp;
 			const float v = in ? Cf[j * a.dp + col] : 0.0f;
+			/* cm: chunks in the Hopper screen's swizzle (kmg_screen_wg_kernel copies a slice whole) */
+			const int64_t o = cm ? ts * SBN * SBK + r * SBK + (((c >> 3) ^ kmg_sw64(r)) * 8) + (c & 7) : e;
 
 			if (H)
-				op[e] = (T) (in ? kmg_h16(tau * v) : 0);
+				op[o] = (T) (in ? kmg_h16(tau * v) : 0);
 			else
 				op[e] = in ? __uint_as_float(kmg_tf32(-2.0f * v)) : 0.0f;
 		}
@@ -1188,10 +1422,12 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles)
  * The float16 copy of the rows the screen reads (a->Xh), once a call, in
  * the order the screen reads them: for each block of SBM rows and each
  * k-slice s of 32 columns, SBM rows of SSLICE bytes: h(2^(14 - xe) x) of
- * the row's columns 32 s on (zeros past n and dp).  Thread: 16 bytes.
+ * the row's columns 32 s on (zeros past n and dp); cm (for the wgmma
+ * kernel): chunk c (8 columns) of row r of a block at position c ^
+ * kmg_sw64(r) of its 64 bytes.  Thread: 16 bytes.
  */
 __global__ void
-kmg_screen_rows16_kernel(const float *__restrict__ X, int64_t n, int dp, int xe,
+kmg_screen_rows16_kernel(const float *__restrict__ X, int64_t n, int dp, int xe, int cm,
 						 unsigned short *__restrict__ Xh)
 {
 	const int	ks = (dp + 31) / 32;
@@ -1218,18 +1454,19 @@ kmg_screen_rows16_kernel(const float *__restrict__ X, int64_t n, int dp, int xe,
 			o.z = kmg_h16(sigma * q.x) | ((uint32_t) kmg_h16(sigma * q.y) << 16);
 			o.w = kmg_h16(sigma * q.z) | ((uint32_t) kmg_h16(sigma * q.w) << 16);
 		}
-		reinterpret_cast<uint4 *>(Xh)[v] = o;
+		reinterpret_cast<uint4 *>(Xh)[cm ? bs * SBM * 4 + r * 4 + (c8 ^ kmg_sw64(r)) : v] = o;
 	}
 }
 
 /*
  * The float16 copy of n rows of dp floats into Xh (kmg_screen_rows16_bytes),
- * scaled by 2^(14 - xe) for xe = km_screen16_exp(max |x_c|); the caller then
- * sets a->Xh and a->xexp.
+ * scaled by 2^(14 - xe) for xe = km_screen16_exp(max |x_c|), laid out for
+ * the wgmma kernel where wgmma is set; the caller then sets a->Xh, a->xexp
+ * and a->xhwg.
  */
 cudaError_t
-kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax, unsigned short *Xh, int *xexp,
-				  int sms, cudaStream_t stream)
+kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax, int wgmma, unsigned short *Xh,
+				  int *xexp, int sms, cudaStream_t stream)
 {
 	int64_t		blocks = (int64_t) (kmg_screen_rows16_bytes(n, dp) / 16 + 255) / 256;
 
@@ -1238,7 +1475,7 @@ kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax, unsigned sho
 		return cudaSuccess;
 	if (blocks > (int64_t) sms * 8)
 		blocks = (int64_t) sms * 8;
-	kmg_screen_rows16_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, n, dp, *xexp, Xh);
+	kmg_screen_rows16_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, n, dp, *xexp, wgmma, Xh);
 	return cudaGetLastError();
 }
 
@@ -1298,26 +1535,27 @@ kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_
 		if (pb > (int64_t) sms * 4)
 			pb = (int64_t) sms * 4;
 		if (h)
-			kmg_screen_prepare_kernel<true><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles);
+			kmg_screen_prepare_kernel<true><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, a->xhwg);
 		else
-			kmg_screen_prepare_kernel<false><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles);
+			kmg_screen_prepare_kernel<false><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, 0);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
 	}
 	/*
 	 * The kernel by the rows' copy and the plan (wgmma where prepared for
 	 * it); with bounds the rows listed are known on the device only, so
-	 * blocks walk them, two an SM.  The attributes per device (split fits
-	 * run this on several).
+	 * blocks walk them, two an SM, as the wgmma kernel's always do (its
+	 * ring runs on from one row block into the next).  The attributes per
+	 * device (split fits run this on several).
 	 */
 	{
 		typedef void (*screen_fn) (kmg_args, int);
 		const bool	b = kmg_screen_bounds(*a, mode);
-		const bool	wg = h && plan->wgmma;	/* dp within WKS slices: kmg_screen_wgmma_usable */
+		const bool	wg = h && a->xhwg;	/* rows laid out for it: plan->wgmma when they were copied */
 		const screen_fn fn = wg ? (b ? kmg_screen_wg_kernel<true> : kmg_screen_wg_kernel<false>)
 			: h ? (b ? kmg_screen_kernel<true, true> : kmg_screen_kernel<true, false>)
 			: (b ? kmg_screen_kernel<false, true> : kmg_screen_kernel<false, false>);
-		const unsigned grid = (unsigned) (b && blocks > 2 * sms ? 2 * sms : blocks);
+		const unsigned grid = (unsigned) ((b || wg) && blocks > 2 * sms ? 2 * sms : blocks);
 		const size_t smem = wg ? WSMEM : SSMEM;
 
 		if ((e = kmg_screen_attributes((const void *) fn, smem)) != cudaSuccess)

@@ -310,11 +310,13 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 	{
 		int			xe = 0;
 
-		e = kmg_screen_rows16(w->a.X, sh->n, sh->dp, st.xabsmax, w->xh, &xe, sh->plan.sms, s);
+		e = kmg_screen_rows16(w->a.X, sh->n, sh->dp, st.xabsmax, sh->plan.wgmma, w->xh, &xe,
+							  sh->plan.sms, s);
 		if (e == cudaSuccess)
 		{
 			w->a.Xh = w->xh;
 			w->a.xexp = xe;
+			w->a.xhwg = sh->plan.wgmma;
 		}
 	}
 	/* not centred (or cosine): l2 filters the centroids themselves */

@@ -189,12 +189,14 @@ typedef struct kmg_args
 	 * screen's (km_screen_slack, or km_screen16_slack with Xh) on top of the
 	 * float32 filter's.  Xh: the rows in float16, scaled by 2^(14 - xexp)
 	 * (kmg_screen_rows16), when the call keeps that copy: the screen then
-	 * runs in float16, else in TF32.
+	 * runs in float16, else in TF32; xhwg: Xh is laid out for the wgmma
+	 * kernel, which then screens.
 	 */
 	int			screen;
 	float	   *sop;			/* its centroid operand (kmg_screen_work_bytes) */
 	const unsigned short *Xh;	/* n x dp float16 bits, or NULL */
 	int			xexp;
+	int			xhwg;
 
 	/*
 	 * Bounds that skip the rows whose label cannot change (assign/bounds.cu):
