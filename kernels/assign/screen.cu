@@ -306,8 +306,7 @@ kmg_quad_least_two(float m, float &m2)
 		const float om = __shfl_xor_sync(0xffffffffu, mw, o);
 		const float om2 = __shfl_xor_sync(0xffffffffu, m2, o);
 
-		m2 = fminf(fminf(m2, om2), fmaxf(mw, om));
-		mw = fminf(mw, om);
+		kmg_least_two_merge(mw, m2, mw, m2, om, om2);
 	}
 	return mw;
 }

@@ -368,18 +368,20 @@ kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 	m.svals = rs->rows;
 	if ((e = cudaMemsetAsync(rs->count, 0, kmg_run_scratch_bytes(a->k), s)) != cudaSuccess)
 		return e;
-	if (block)
-		kmg_run_moved_block_kernel<<<grid, KMG_RUN_NT, keys_smem, s>>>(*a, NULL, rs->count, NULL, 2 * a->k);
-	else
-		kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, NULL, rs->count, NULL);
+	/* the moved rows counted per key (no key bounds yet), then placed */
+	auto moved = [&] (const int2 *bounds, int32_t *tally, int32_t *rows)
+	{
+		if (block)
+			kmg_run_moved_block_kernel<<<grid, KMG_RUN_NT, keys_smem, s>>>(*a, bounds, tally, rows, 2 * a->k);
+		else
+			kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, bounds, tally, rows);
+	};
+
+	moved(NULL, rs->count, NULL);
 	if ((e = cudaGetLastError()) != cudaSuccess ||
 		(e = kmg_pieces_of_counts(&m, rs->count, s)) != cudaSuccess)
 		return e;
-	if (block)
-		kmg_run_moved_block_kernel<<<grid, KMG_RUN_NT, keys_smem, s>>>(*a, rs->bounds, rs->cursor, rs->rows,
-																		2 * a->k);
-	else
-		kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, rs->bounds, rs->cursor, rs->rows);
+	moved(rs->bounds, rs->cursor, rs->rows);
 	m.k = a->k;					/* the sums' clusters */
 	if ((e = cudaGetLastError()) != cudaSuccess ||
 		(e = kmg_xsums_pieces(&m, &rs->acc, KMG_XSUMS_MOVED, (int) grid, s)) != cudaSuccess)
