@@ -374,13 +374,14 @@ kmg_screen_lb(float v2, float slack, float xn, double sinv)
  * value over all centroids (best), its second least (B only), its slack
  * and its lists of the values found within the slack of a running best,
  * the label, the candidates' listing (crow, cids), or the full settling
- * (amb); with bounds, the row's bounds.  The lists: l < lists, each of at
+ * (amb); with bounds, the row's bounds; prev is its label before (read
+ * only in a Lloyd iteration, KMG_MODE_ITER).  The lists: l < lists, each of at
  * most cap entries, values vals[l SBM cap + s] and centroids ids[...], of
  * cnt[l SBM] entries (more: over).  Returns whether the label moved.
  */
 template <bool H, bool B>
 __device__ __forceinline__ int
-kmg_screen_decide(const kmg_args &a, int mode, int64_t i, float best, float second, float slack,
+kmg_screen_decide(const kmg_args &a, int mode, int64_t i, int prev, float best, float second, float slack,
 				  int over, const float *vals, const int *ids, const int *cnt, int lists, int cap,
 				  int ce)
 {
@@ -442,7 +443,7 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, float best, float seco
 	}
 	else if (label >= 0)
 	{
-		if (mode == KMG_MODE_ITER && a.labels[i] != label)
+		if (mode == KMG_MODE_ITER && prev != label)
 			moved = 1;
 		a.labels[i] = label;
 		if (B)
@@ -752,12 +753,16 @@ kmg_screen_kernel(kmg_args a, int mode)
 		int			moved = 0;
 
 		if (e0 + tid < nrows)
-			moved = kmg_screen_decide<H, B>(a, mode, B ? (int64_t) a.brow[e0 + tid] : e0 + tid,
+		{
+			const int64_t i = B ? (int64_t) a.brow[e0 + tid] : e0 + tid;
+
+			moved = kmg_screen_decide<H, B>(a, mode, i, mode == KMG_MODE_ITER ? a.labels[i] : -1,
 											fminf(swbest[tid], swbest[SBM + tid]),
 											B ? fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
 													  fmaxf(swbest[tid], swbest[SBM + tid])) : 0.0f,
 											sslack[tid], sover[tid], sval + tid * SMC, sid + tid * SMC,
 											scnt + tid, 2, SMC, ce);
+		}
 		if (mode == KMG_MODE_ITER)
 			kmg_block_add_int(moved, &a.ctl->moved);
 		__syncthreads();		/* the next block of rows reuses the shared memory */
@@ -805,7 +810,8 @@ constexpr int WST = 6;			/* the operand's ring */
 constexpr int WMC = 2 * SMC;	/* a row's list */
 constexpr size_t WSMEM = (size_t) WKS * SLICE_BYTES + (size_t) WST * (SLICE_BYTES + SBN * sizeof(float)) +
 	(size_t) SBM * WMC * (sizeof(float) + sizeof(int)) + (size_t) 5 * SBM * sizeof(int) +
-	(size_t) (WST + 2) * sizeof(uint64_t) + 512;	/* + the buffers' alignment */
+	(size_t) (WST + 2) * sizeof(uint64_t) + (size_t) 2 * SBM * sizeof(int) +
+	512;	/* + the buffers' alignment */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KMG_WGMMA 1
@@ -945,6 +951,7 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 	float	   *sslack = swbest + SBM;
 	float	   *swsecond = sslack + SBM;
 	uint64_t   *smbar = (uint64_t *) (swsecond + SBM);	/* WST stages', then each warpgroup's rows' */
+	int		   *sprev = (int *) (smbar + WST + 2);	/* [row block & 1][row]: the labels before */
 
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
@@ -1072,6 +1079,23 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 	int64_t		blk = blockIdx.x;
 	int64_t		e0 = blk * SBM;
 
+	/*
+	 * A Lloyd iteration's decisions compare with the rows' labels before:
+	 * the thread deciding row rd of the row block at e (j-th of this
+	 * block) has it copied to sprev[(j & 1) SBM + rd] a row block ahead,
+	 * one cp.async group, so the decision does not wait for the load.
+	 */
+	const unsigned sPa = (unsigned) __cvta_generic_to_shared(sprev);
+	auto copy_prev = [&] (int64_t e, int64_t j)
+	{
+		if (mode == KMG_MODE_ITER && wt < 64)
+		{
+			if (e + rd < nrows)
+				kmg_cp4_at(sPa + (unsigned) (((j & 1) * SBM + rd) * 4), a.labels + row_of(e + rd));
+			kmg_cp16_commit();
+		}
+	};
+
 	/* the first row block: its rows, its slack's |x|, the ring's first slices */
 	int64_t		ci0 = row_of(e0 + cr),
 				ci1 = row_of(e0 + cr + 32);
@@ -1085,6 +1109,7 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 		sover[rd] = 0;
 	}
 	copy_rows(e0, ci0, ci1);
+	copy_prev(e0, 0);
 #pragma unroll
 	for (int p = 0; p < WPF; p++)
 		load();
@@ -1170,6 +1195,7 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 				 */
 				kmg_wg_bar(wg);	/* every warp's MMAs */
 				copy_rows(e1, ci0, ci1);
+				copy_prev(e1, j + 1);
 				if (wt < 64 && e1 + rd < nrows)
 					xn_next = a.xnorm[row_of(e1 + rd)];
 			}
@@ -1182,7 +1208,10 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 			 * (columns 8 jj + 2 t4 + e, jj = 2 q and 2 q + 1): the least
 			 * (and with B the second least) as a tree, not a chain, and
 			 * a group is searched for candidates only where its least
-			 * is within the threshold.
+			 * is within the threshold.  A warp's search is as long as
+			 * the union of its threads' such groups, so where no thread
+			 * has more than one (nearly always: a row's best alone) each
+			 * selects its one group's values and the warp walks one.
 			 */
 #pragma unroll
 			for (int h = 0; h < 2; h++)
@@ -1236,12 +1265,43 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 				rbest[h] = fminf(rbest[h], mw);
 
 				const float thr = rbest[h] + sslack[r];
+				unsigned	hot = 0;	/* bit gq: the group's least is within the threshold */
 
-				if (!(m <= thr))
-					continue;
 #pragma unroll
 				for (int gq = 0; gq < 8; gq++)
-					if (glo[gq] <= thr)
+					hot |= glo[gq] <= thr ? 1u << gq : 0u;
+				if (__all_sync(0xffffffffu, (hot & (hot - 1)) == 0))
+				{
+					/*
+					 * No thread of the warp has more than one such group
+					 * (the usual case: a row's best, alone): each takes
+					 * its group's four values by selection, and the warp
+					 * walks one group, not the union of its threads'.
+					 */
+					if (hot == 0)
+						continue;
+
+					const int	gs = __ffs(hot) - 1;
+					float		gv[4];
+
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+					{
+						gv[u] = acc[4 * (u >> 1) + 2 * h + (u & 1)];
+#pragma unroll
+						for (int gq = 1; gq < 8; gq++)
+							gv[u] = gs == gq ? acc[4 * (2 * gq + (u >> 1)) + 2 * h + (u & 1)] : gv[u];
+					}
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+						if (gv[u] <= thr)
+							kmg_list_candidate(gv[u], t * SBN + (2 * gs + (u >> 1)) * 8 + 2 * t4 + (u & 1), r, WMC,
+											   sval, sid, scnt, sover, r);
+					continue;
+				}
+#pragma unroll
+				for (int gq = 0; gq < 8; gq++)
+					if (hot & (1u << gq))
 					{
 #pragma unroll
 						for (int u = 0; u < 4; u++)
@@ -1270,8 +1330,21 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 
 		if (wt < 64)
 		{
+			/*
+			 * this block's labels before are in: past them only the next
+			 * block's (its rows' group first with B, then its labels')
+			 */
+			if (mode == KMG_MODE_ITER)
+			{
+				if (!next)
+					kmg_cp16_wait<0>();
+				else if (B)
+					kmg_cp16_wait<2>();
+				else
+					kmg_cp16_wait<1>();
+			}
 			if (e0 + rd < nrows)
-				moved += kmg_screen_decide<true, B>(a, mode, row_of(e0 + rd), swbest[rd],
+				moved += kmg_screen_decide<true, B>(a, mode, row_of(e0 + rd), sprev[(j & 1) * SBM + rd], swbest[rd],
 													B ? swsecond[rd] : 0.0f, sslack[rd], sover[rd],
 													sval + rd * WMC, sid + rd * WMC, scnt + rd, 1, WMC, ce);
 			/* the next block's lists (its first epilogue is past a barrier of the warpgroup) */

@@ -7,7 +7,7 @@
  *	  rows (kmg_exact_step, kmg_exact_finish) and the chain with its loads
  *	  ahead of the dependent adds (kmg_chain4);
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
- *	  kmg_cp16_zfill_at, kmg_cp16_commit, kmg_cp16_wait);
+ *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
@@ -162,6 +162,13 @@ __device__ __forceinline__ void
 kmg_cp16_zfill(void *smem, const void *gmem, int src_bytes)
 {
 	kmg_cp16_zfill_at((unsigned) __cvta_generic_to_shared(smem), gmem, src_bytes);
+}
+
+/* 4 bytes global -> shared (cp.async through L1), in the same groups as kmg_cp16's */
+__device__ __forceinline__ void
+kmg_cp4_at(unsigned smem, const void *gmem)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"::"r"(smem), "l"(gmem):"memory");
 }
 
 /* kmg_cp16_wait for a count known only at run time (n = 1, 2, or 3 and more). */
