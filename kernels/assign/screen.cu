@@ -1364,9 +1364,20 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
  * upper bound is its least exact cost's distance, and its lower bound (the
  * screen's, for the centroids not listed) falls to the second least's.
  */
-__global__ void __launch_bounds__(256)
+constexpr int CXC = 128;		/* a listed row's columns converted to double at a time */
+constexpr int CXS = CXC + 2;	/* their stride: the 4 rows of a warp 16 bytes apart in the banks */
+
+__global__ void __launch_bounds__(256, 4)
 kmg_screen_certify_kernel(kmg_args a, int mode)
 {
+	/*
+	 * The exact costs are bound by the conversions to double (16 a clock
+	 * an SM against 64 double adds or multiplies): the eight lanes of a
+	 * row convert its values once, CXC at a time into sxd, and each
+	 * converts only its centroid's (kmg_chain4_xd).
+	 */
+	__shared__ __align__(16) double sxd[8][4][CXS];
+
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 
@@ -1383,23 +1394,41 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
 	{
 		const int	e = base + sub;
 		double		c = INFINITY,
-					c0;
+					c0,
+					s = 0.0;
 		int			j = INT_MAX,
-					j0;
+					j0,
+					cj = -1;
 		int64_t		i = -1;
+		double	   *xd = sxd[threadIdx.x >> 5][sub];
 
 		if (e < nlisted)
 		{
-			const int	cj = a.cids[(size_t) e * KMG_SCREEN_CANDS + l8];
-
+			cj = a.cids[(size_t) e * KMG_SCREEN_CANDS + l8];
 			i = a.crow[e];
+		}
+		for (int c0q = 0; c0q < q4; c0q += CXC / 4)
+		{
+			const int	nq = min(CXC / 4, q4 - c0q);
+
+			__syncwarp();		/* the last part's values are read */
+			if (i >= 0)
+				for (int q = l8; q < nq; q += 8)
+				{
+					const float4 x4 = reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp)[c0q + q];
+
+					*reinterpret_cast<double2 *>(xd + 4 * q) = make_double2((double) x4.x, (double) x4.y);
+					*reinterpret_cast<double2 *>(xd + 4 * q + 2) = make_double2((double) x4.z, (double) x4.w);
+				}
+			__syncwarp();
 			if (cj >= 0)
-			{
-				c = kmg_chain4(reinterpret_cast<const float4 *>(a.X + (size_t) i * a.dp),
-							   reinterpret_cast<const float4 *>(a.C + (size_t) cj * a.dp), q4,
-							   a.cosine ? a.cnorm[cj] : 0.0, a.cosine);
-				j = cj;
-			}
+				kmg_chain4_xd(s, xd, reinterpret_cast<const float4 *>(a.C + (size_t) cj * a.dp) + c0q, nq,
+							  a.cosine);
+		}
+		if (cj >= 0)
+		{
+			c = kmg_exact_finish(s, a.cosine ? a.cnorm[cj] : 0.0, a.cosine);
+			j = cj;
 		}
 		c0 = c;
 		j0 = j;

@@ -50,6 +50,20 @@ kmg_exact_step(double &s, float x, float c, int cosine)
 	}
 }
 
+/* kmg_exact_step with x already in double ((double) x is exact: the same bits) */
+__device__ __forceinline__ void
+kmg_exact_step_xd(double &s, double x, float c, int cosine)
+{
+	if (cosine)
+		s = km_dadd(s, km_dmul(x, (double) c));
+	else
+	{
+		const double t = km_dadd(x, -(double) c);
+
+		s = km_dadd(s, km_dmul(t, t));
+	}
+}
+
 __device__ __forceinline__ double
 kmg_exact_finish(double s, double cnorm, int cosine)
 {
@@ -111,6 +125,51 @@ kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
 		}
 	}
 	return kmg_exact_finish(s, cnorm, cosine);
+}
+
+/*
+ * kmg_chain4's steps over q4 float4 of a centroid, its row already in
+ * double (xd: 4 q4 values, 16-byte aligned, in shared memory, where threads
+ * reading one row share its conversions): the same steps in the same
+ * order, so the same bits; s runs on across calls (kmg_exact_finish after
+ * the last).  The centroid's loads of the next 4 x 16 bytes are in flight
+ * while the current ones are summed.
+ */
+__device__ __forceinline__ void
+kmg_chain4_xd(double &s, const double *xd, const float4 *c4, int q4, int cosine)
+{
+	float4		ca[4],
+				cb[4];
+	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		ca[u] = u < q4 ? c4[u] : z;
+	for (int q0 = 0; q0 < q4; q0 += 4)
+	{
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+		{
+			const int	q = q0 + 4 + u;
+
+			cb[u] = q < q4 ? c4[q] : z;
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			if (q0 + u < q4)
+			{
+				const double2 x01 = *reinterpret_cast<const double2 *>(xd + 4 * (q0 + u)),
+							x23 = *reinterpret_cast<const double2 *>(xd + 4 * (q0 + u) + 2);
+
+				kmg_exact_step_xd(s, x01.x, ca[u].x, cosine);
+				kmg_exact_step_xd(s, x01.y, ca[u].y, cosine);
+				kmg_exact_step_xd(s, x23.x, ca[u].z, cosine);
+				kmg_exact_step_xd(s, x23.y, ca[u].w, cosine);
+			}
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			ca[u] = cb[u];
+	}
 }
 
 /* ---- cp.async ---- */
