@@ -26,7 +26,7 @@
  * (km_exact_nearest: the least exact cost, ties to the lowest index) is
  * always a candidate.  One candidate: it is the label.  Two to
  * KMG_SCREEN_CANDS: the row is listed with them (crow, cids) and
- * kmg_screen_certify_kernel settles it with the exact cost (kmg_chain4) of
+ * kmg_screen_certify_kernel settles it with the exact cost (kmg_chain4_xd) of
  * each.  More, or a row the slack cannot bound (|x| or the centroids near
  * the float range, degenerate centroids, a zero row under cosine): the row
  * goes to the filter path's list (amb) with fbest = b / S, and exact.cu
