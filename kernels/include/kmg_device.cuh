@@ -31,26 +31,14 @@
 /* ---- the exact distance ---- */
 
 /*
- * One step of km_exact_cost's chain (kmg_exact_step) and its end
- * (kmg_exact_finish), for rows padded with zeros to dp columns and read 16
- * bytes at a time: the steps past d add (0 - 0)^2 or 0 * 0 to the running
- * sum, which leaves every bit as it was (cosine: a -0 sum may turn +0, and
- * 1 - 0 / |c| is 1 either way), so the result is km_exact_cost's exactly.
+ * One step of km_exact_cost's chain (kmg_exact_step; kmg_exact_step_xd
+ * with x already in double, for threads that share a row's conversions)
+ * and its end (kmg_exact_finish), for rows padded with zeros to dp columns
+ * and read 16 bytes at a time: the steps past d add (0 - 0)^2 or 0 * 0 to
+ * the running sum, which leaves every bit as it was (cosine: a -0 sum may
+ * turn +0, and 1 - 0 / |c| is 1 either way), so the result is
+ * km_exact_cost's exactly.
  */
-__device__ __forceinline__ void
-kmg_exact_step(double &s, float x, float c, int cosine)
-{
-	if (cosine)
-		s = km_dadd(s, km_dmul((double) x, (double) c));
-	else
-	{
-		const double t = km_dadd((double) x, -(double) c);
-
-		s = km_dadd(s, km_dmul(t, t));
-	}
-}
-
-/* kmg_exact_step with x already in double ((double) x is exact: the same bits) */
 __device__ __forceinline__ void
 kmg_exact_step_xd(double &s, double x, float c, int cosine)
 {
@@ -62,6 +50,13 @@ kmg_exact_step_xd(double &s, double x, float c, int cosine)
 
 		s = km_dadd(s, km_dmul(t, t));
 	}
+}
+
+/* (double) x is exact, so this is the same step, bit for bit */
+__device__ __forceinline__ void
+kmg_exact_step(double &s, float x, float c, int cosine)
+{
+	kmg_exact_step_xd(s, (double) x, c, cosine);
 }
 
 __device__ __forceinline__ double
