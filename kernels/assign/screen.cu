@@ -1371,10 +1371,10 @@ __global__ void __launch_bounds__(256, 4)
 kmg_screen_certify_kernel(kmg_args a, int mode)
 {
 	/*
-	 * The exact costs are bound by the conversions to double (16 a clock
-	 * an SM against 64 double adds or multiplies): the eight lanes of a
-	 * row convert its values once, CXC at a time into sxd, and each
-	 * converts only its centroid's (kmg_chain4_xd).
+	 * Conversions to double issue at 16 a clock an SM against 64 double
+	 * adds or multiplies, so the eight lanes of a row convert its values
+	 * once, CXC at a time into sxd, and each converts only its centroid's
+	 * (kmg_chain4_xd).
 	 */
 	__shared__ __align__(16) double sxd[8][4][CXS];
 

@@ -5,7 +5,8 @@
  *
  *	- the exact distance on the device: km_exact_cost's steps over padded
  *	  rows (kmg_exact_step, kmg_exact_finish) and the chain with its loads
- *	  ahead of the dependent adds (kmg_chain4);
+ *	  ahead of the dependent adds (kmg_chain4; kmg_chain4_xd, the row
+ *	  already in double);
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
  *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
