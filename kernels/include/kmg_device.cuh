@@ -78,6 +78,17 @@ kmg_exact_finish(double s, double cnorm, int cosine)
  * loads are not, and in a plain loop each one would wait on its own load).
  * x and c may be global or shared; q4 float4 steps.
  */
+/* v[u] = p[q + u] for u < 4, zeros from q4 on: the chains' loads ahead */
+__device__ __forceinline__ void
+kmg_load4_ahead(float4 (&v)[4], const float4 *p, int q, int q4)
+{
+	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		v[u] = q + u < q4 ? p[q + u] : z;
+}
+
 __device__ __forceinline__ double
 kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
 {
@@ -86,24 +97,13 @@ kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
 				xb[4],
 				cb[4];
 	double		s = 0.0;
-	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-#pragma unroll
-	for (int u = 0; u < 4; u++)
-	{
-		xa[u] = u < q4 ? x4[u] : z;
-		ca[u] = u < q4 ? c4[u] : z;
-	}
+	kmg_load4_ahead(xa, x4, 0, q4);
+	kmg_load4_ahead(ca, c4, 0, q4);
 	for (int q0 = 0; q0 < q4; q0 += 4)
 	{
-#pragma unroll
-		for (int u = 0; u < 4; u++)
-		{
-			const int	q = q0 + 4 + u;
-
-			xb[u] = q < q4 ? x4[q] : z;
-			cb[u] = q < q4 ? c4[q] : z;
-		}
+		kmg_load4_ahead(xb, x4, q0 + 4, q4);
+		kmg_load4_ahead(cb, c4, q0 + 4, q4);
 		/* zero padding past q4 leaves the sum as it is (see kmg_exact_step) */
 #pragma unroll
 		for (int u = 0; u < 4; u++)
@@ -136,20 +136,11 @@ kmg_chain4_xd(double &s, const double *xd, const float4 *c4, int q4, int cosine)
 {
 	float4		ca[4],
 				cb[4];
-	const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-#pragma unroll
-	for (int u = 0; u < 4; u++)
-		ca[u] = u < q4 ? c4[u] : z;
+	kmg_load4_ahead(ca, c4, 0, q4);
 	for (int q0 = 0; q0 < q4; q0 += 4)
 	{
-#pragma unroll
-		for (int u = 0; u < 4; u++)
-		{
-			const int	q = q0 + 4 + u;
-
-			cb[u] = q < q4 ? c4[q] : z;
-		}
+		kmg_load4_ahead(cb, c4, q0 + 4, q4);
 #pragma unroll
 		for (int u = 0; u < 4; u++)
 			if (q0 + u < q4)
