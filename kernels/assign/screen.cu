@@ -374,14 +374,15 @@ kmg_screen_lb(float v2, float slack, float xn, double sinv)
  * value over all centroids (best), its second least (B only), its slack
  * and its lists of the values found within the slack of a running best,
  * the label, the candidates' listing (crow, cids), or the full settling
- * (amb); with bounds, the row's bounds; prev is its label before (read
- * only in a Lloyd iteration, KMG_MODE_ITER).  The lists: l < lists, each of at
+ * (amb); with bounds, the row's bounds; *prev is its label before (read
+ * only where a Lloyd iteration, KMG_MODE_ITER, settles it here).  The
+ * lists: l < lists, each of at
  * most cap entries, values vals[l SBM cap + s] and centroids ids[...], of
  * cnt[l SBM] entries (more: over).  Returns whether the label moved.
  */
 template <bool H, bool B>
 __device__ __forceinline__ int
-kmg_screen_decide(const kmg_args &a, int mode, int64_t i, int prev, float best, float second, float slack,
+kmg_screen_decide(const kmg_args &a, int mode, int64_t i, const int *prev, float best, float second, float slack,
 				  int over, const float *vals, const int *ids, const int *cnt, int lists, int cap,
 				  int ce)
 {
@@ -443,7 +444,7 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, int prev, float best, 
 	}
 	else if (label >= 0)
 	{
-		if (mode == KMG_MODE_ITER && prev != label)
+		if (mode == KMG_MODE_ITER && *prev != label)
 			moved = 1;
 		a.labels[i] = label;
 		if (B)
@@ -756,7 +757,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 		{
 			const int64_t i = B ? (int64_t) a.brow[e0 + tid] : e0 + tid;
 
-			moved = kmg_screen_decide<H, B>(a, mode, i, mode == KMG_MODE_ITER ? a.labels[i] : -1,
+			moved = kmg_screen_decide<H, B>(a, mode, i, a.labels + i,
 											fminf(swbest[tid], swbest[SBM + tid]),
 											B ? fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
 													  fmaxf(swbest[tid], swbest[SBM + tid])) : 0.0f,
@@ -1344,7 +1345,7 @@ kmg_screen_wg_kernel(kmg_args a, int mode)
 					kmg_cp16_wait<1>();
 			}
 			if (e0 + rd < nrows)
-				moved += kmg_screen_decide<true, B>(a, mode, row_of(e0 + rd), sprev[(j & 1) * SBM + rd], swbest[rd],
+				moved += kmg_screen_decide<true, B>(a, mode, row_of(e0 + rd), sprev + (j & 1) * SBM + rd, swbest[rd],
 													B ? swsecond[rd] : 0.0f, sslack[rd], sover[rd],
 													sval + rd * WMC, sid + rd * WMC, scnt + rd, 1, WMC, ce);
 			/* the next block's lists (its first epilogue is past a barrier of the warpgroup) */
