@@ -96,6 +96,7 @@ typedef struct kmg_shape
 	kmg_assign_plan plan;		/* the assignment kernels (assign/dispatch.cu) */
 	int			centrable;		/* l2 on a fused pass that centres (narrow, wide) */
 	int			bounds;			/* a fit's iterations skip rows by bounds (assign/bounds.cu) */
+	int			running;		/* a fit's iterations keep running sums (update/running.cu) */
 	size_t		sort_bytes;
 	int			seed_blocks;
 	int			dq;				/* k-means++ int8 shadow row bytes; 0: none */

@@ -27,8 +27,9 @@
  *	otherwise:    kmg_assign_pass: km_filter_prepare -> km_filter_top2
  *	              (skipped when the run has stopped) -> kmg_classify ->
  *	              kmg_exact_refine; then kmg_sort_labels -> kmg_segment ->
- *	              kmg_finalize; with bounds, the running sums of
- *	              update/running.cu in place of the sort and the segment
+ *	              kmg_finalize; on the tensor-core screen (l2), the
+ *	              running sums of update/running.cu in place of the sort
+ *	              and the segment (moved by the rows whose label changed)
  * Once per call, kmg_rows_setup (workspace.cu) decides the l2 centring of
  * the narrow and wide passes and the scales of the order-free sums.
  * KMG_VERBOSE=1 in the environment traces every batch and iteration on
@@ -77,9 +78,10 @@ typedef struct kmg_fit
 #define KMG_PP_GRAPH 16
 
 /*
- * The kernels of one Lloyd iteration.  With running sums (a bounded fit,
- * update/running.cu) the iteration moves them by its moved rows, or, when
- * rebuild (a run's first), sums every row afresh.
+ * The kernels of one Lloyd iteration.  With running sums (update/running.cu)
+ * the iteration moves them by its moved rows, or, when rebuild (a run's
+ * first), sums every row afresh; without bounds the labels before the pass
+ * are kept first (a->bold), which is how the update finds the moved rows.
  */
 static cudaError_t
 kmg_enqueue_iteration(kmg_fit *f, int rebuild)
@@ -87,10 +89,13 @@ kmg_enqueue_iteration(kmg_fit *f, int rebuild)
 	const kmg_args *a = &f->w.a;
 	cudaError_t e;
 
+	if (f->w.rs.on && !a->bounded && !rebuild &&
+		(e = kmg_running_keep_labels(a, f->s)) != cudaSuccess)
+		return e;
 	if ((e = kmg_assign_pass(a, &f->sh.plan, KMG_MODE_ITER, f->w.filter_work, f->s)) != cudaSuccess ||
 		kmg_plan_fused(&f->sh.plan))
 		return e;				/* a fused pass ends the iteration itself */
-	if (a->bounded && f->w.rs.on)
+	if (f->w.rs.on)
 		e = rebuild ? kmg_running_rebuild(a, &f->w.rs, f->w.iota, f->w.sort_temp, f->sh.sort_bytes,
 										  f->s)
 			: kmg_running_update(a, &f->w.rs, f->s);
@@ -726,7 +731,7 @@ kmg_run_start(kmg_fit *f, int run, km_error *err)
 		KMG_CK(cudaMemsetAsync(f->w.a.ub, 0xff, (size_t) f->w.a.n * sizeof(float), f->s));
 		KMG_CK(cudaMemsetAsync(f->w.a.bs, 0, sizeof(kmg_bstate), f->s));
 	}
-	f->rs_rebuild = f->w.a.bounded && f->w.rs.on;
+	f->rs_rebuild = f->w.rs.on;
 	if ((st = kmg_seed(f, run, err)) != KM_OK)
 		goto done;
 	KMG_CK(kmg_finalize(&f->w.a, KMG_FIN_SETUP, f->s));

@@ -128,6 +128,9 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 				w->a.Cprev = (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float));
 				w->a.drift = (float *) kmg_carve(&c, (size_t) k * sizeof(float));
 				w->a.bs = (kmg_bstate *) kmg_carve(&c, sizeof(kmg_bstate));
+			}
+			if (sh->running)
+			{
 				/* the running sums (update/running.cu) */
 				w->a.bold = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
 				w->rs.accmem = kmg_carve(&c, kmg_xsum_acc_bytes(k, sh->d, 2, 2));
@@ -217,6 +220,17 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 		sh->bounds = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
 			sh->plan.screen != KMG_SCREEN_FP32 && !(env != NULL && strcmp(env, "0") == 0);
 	}
+	/*
+	 * running sums: the same fits, with or without bounds (KMG_RUNNING=0
+	 * turns them off, for timings: every iteration then sorts and sums
+	 * every row)
+	 */
+	{
+		const char *env = getenv("KMG_RUNNING");
+
+		sh->running = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
+			sh->plan.screen != KMG_SCREEN_FP32 && !(env != NULL && strcmp(env, "0") == 0);
+	}
 	{
 		/* k-means++ units: tiles of 128 rows, at most 8 blocks an SM, 1024 in all */
 		int64_t		b = (n + 127) / 128;
@@ -253,7 +267,7 @@ kmg_shape_without_rows16(kmg_shape *sh)
  * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides),
  * the float16 copy of the rows when the plan screens in float16, and, for a fit, the scale of the order-free inertia of the final pass
  * (the CPU engine's: km_fix_scale(max w * (cosine ? 2 : 4 max |x|^2) * 1.01,
- * n)) and, with bounds, the levels of the running sums (update/running.cu).
+ * n)) and the levels of the running sums (update/running.cu).
  * Synchronises the stream.
  */
 cudaError_t
@@ -331,8 +345,8 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 	w->a.wshift = km_fix_scale((double) st.wmax * 1.01 + 1e-300, sh->n).shift;
 	/* k-means++ potentials: terms w D2 <= wmax 4 xmax2 (seed_pp.h) */
 	w->pp_shift = kmg_pp_shift(st.wmax, st.xmax2, sh->n);
-	/* a bounded fit's running sums: their levels, or none (a->bold NULL) */
-	if (e == cudaSuccess && fit && w->a.bounded)
+	/* a fit's running sums: their levels, or none (a->bold NULL) */
+	if (e == cudaSuccess && fit && w->a.bold != NULL)
 	{
 		e = kmg_running_levels(&w->rs, &w->a, s);
 		if (!w->rs.on)

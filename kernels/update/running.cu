@@ -2,8 +2,11 @@
  * running.cu
  *	  Running sums: the exact per-cluster sums of a fit's iterations kept
  *	  from one iteration to the next and moved by the rows whose label
- *	  changed, so that an iteration with bounds (assign/bounds.cu) costs in
- *	  proportion to the rows it screens, not to n.
+ *	  changed, so that an iteration's sums cost in proportion to the rows
+ *	  that moved, not to n, and an iteration with bounds
+ *	  (assign/bounds.cu) costs in proportion to the rows it screens.
+ *	  Every fit on the tensor-core screen keeps them (l2; KMG_RUNNING=0
+ *	  turns them off, for timings).
  *
  * The sums are those of the split fits (xsums.cu): w x and w cut into the
  * levels of km_xsum.h, where no addition rounds.  A row that moves from
@@ -19,9 +22,11 @@
  * Per iteration, after the screen:
  *   - kmg_run_moved_block_kernel (kmg_run_moved_kernel where the 2k keys
  *     do not fit a block's shared memory): over the rows the bounds listed
- *     (a->brow, with a->bold their label before the screen), those whose
- *     label changed, counted per key: key j for rows joining cluster j,
- *     key k + o for rows leaving cluster o;
+ *     (a->brow, with a->bold their label before the screen), or without
+ *     bounds over every row (a->bold: every label, kept before the pass by
+ *     kmg_run_keep_labels_kernel), those whose label changed, counted per
+ *     key: key j for rows joining cluster j, key k + o for rows leaving
+ *     cluster o;
  *   - the pieces of those 2k keys (sort.cu's pieces kernel, from counts);
  *   - the same kernel again: each moved row into its keys' places (the
  *     order within a key is free: the sums are exact);
@@ -57,6 +62,25 @@ kmg_run_scratch_bytes(int k)
 }
 
 /*
+ * Every row's label before a pass without bounds, into a->bold (with
+ * bounds, the bounds' test keeps those of the rows it lists).
+ */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_keep_labels_kernel(kmg_args a)
+{
+	const int64_t n4 = a.n / 4;
+	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
+	const int64_t t0 = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	for (int64_t t = t0; t < n4; t += stride)
+		reinterpret_cast<int4 *>(a.bold)[t] = __ldcs(reinterpret_cast<const int4 *>(a.labels) + t);
+	for (int64_t t = 4 * n4 + t0; t < a.n; t += stride)
+		a.bold[t] = a.labels[t];
+}
+
+/*
  * The moved rows of the last screen, each with its two keys (-1: none):
  * key_in = its new label, key_out = k + its old label (none for a row that
  * had no label yet); rows not moved have neither.
@@ -64,13 +88,20 @@ kmg_run_scratch_bytes(int k)
 static __device__ __forceinline__ void
 kmg_run_keys(const kmg_args &a, int t, int *row, int *key_in, int *key_out)
 {
-	const int	r = a.brow[t];
+	const int	r = a.bounded ? a.brow[t] : t;
 	const int	o = a.bold[t];
 	const int	j = a.labels[r];
 
 	*row = r;
 	*key_in = o != j ? j : -1;
 	*key_out = o != j && o >= 0 ? a.k + o : -1;
+}
+
+/* The rows the last pass decided: the bounds' list, or every row. */
+static __device__ __forceinline__ int
+kmg_run_listed(const kmg_args &a)
+{
+	return a.bounded ? *(volatile int *) &a.bs->nlist : (int) a.n;
 }
 
 /*
@@ -85,7 +116,7 @@ __global__ void __launch_bounds__(KMG_RUN_NT)
 kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *rows)
 {
 	const int	lane = threadIdx.x & 31;
-	const int	nl = *(volatile int *) &a.bs->nlist;
+	const int	nl = kmg_run_listed(a);
 	const int	stride = gridDim.x * blockDim.x;
 	const int	nup = (nl + 31) / 32 * 32;
 	const unsigned below = (1u << lane) - 1u;
@@ -161,7 +192,7 @@ __global__ void __launch_bounds__(KMG_RUN_NT)
 kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *rows, int nkeys)
 {
 	extern __shared__ int32_t sk[];
-	const int	nl = *(volatile int *) &a.bs->nlist;
+	const int	nl = kmg_run_listed(a);
 	const int	per = (nl + (int) gridDim.x - 1) / (int) gridDim.x;
 	const int	t0 = (int) blockIdx.x * per,
 				t1 = min(nl, t0 + per);
@@ -342,6 +373,17 @@ kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iot
 		(e = kmg_xsums(a, &rs->acc, KMG_XSUMS_MOVED, s)) != cudaSuccess)
 		return e;
 	return kmg_running_clus(a, rs, s);
+}
+
+/* The labels before an iteration without bounds (kmg_run_keep_labels_kernel). */
+cudaError_t
+kmg_running_keep_labels(const kmg_args *a, cudaStream_t s)
+{
+	const int64_t want = (a->n / 4 + KMG_RUN_NT - 1) / KMG_RUN_NT;
+	const unsigned grid = (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+
+	kmg_run_keep_labels_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a);
+	return cudaGetLastError();
 }
 
 /*

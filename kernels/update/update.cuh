@@ -120,5 +120,6 @@ cudaError_t kmg_running_levels(kmg_running *rs, const kmg_args *a, cudaStream_t 
 cudaError_t kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iota,
 								void *temp, size_t temp_bytes, cudaStream_t s);
 cudaError_t kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s);
+cudaError_t kmg_running_keep_labels(const kmg_args *a, cudaStream_t s);
 
 #endif							/* KMG_UPDATE_CUH */
