@@ -1640,14 +1640,17 @@ bench(void)
 /*
  * Whole fits with and without the bounds that skip rows (assign/bounds.cu):
  * blobs as bench makes them, k-means++ seeds (taken once, KMG_SEED_ONLY),
- * then from those seeds tol 1e-4, max_iter 300, with KMG_BOUNDS=0 and with
- * bounds, twice each, rows uploaded once.  The two models must be the same
- * bit for bit.  The iterations' time: a fit's time less its fixed part,
- * fixed = T(max_iter 1, no bounds) - one full iteration, a full iteration
- * being (T(off) - T(max_iter 1)) / (iterations - 1); every fit timed
+ * then from those seeds tol 1e-4, max_iter 300, with KMG_BOUNDS=0, with
+ * bounds, and with KMG_BOUNDS=0 KMG_RUNNING=0 (every row sorted and summed
+ * every iteration, no running sums), twice each, rows uploaded once.  The
+ * three models must be the same bit for bit.  The iterations' time: a
+ * fit's time less its fixed part, fixed = T(max_iter 1, no bounds) - one
+ * full iteration, a full iteration being (T(off) - T(max_iter 1)) /
+ * (iterations - 1), each with and without running sums; every fit timed
  * returns its labels, so their copy to the host (tens of ms at 10M rows)
- * is in the fixed part of each.  Prints the time with
- * bounds over iterations x the full iteration (the target: at most 0.4).
+ * is in the fixed part of each.  Prints the time with bounds over
+ * iterations x the full iteration (the target: at most 0.4), and over the
+ * full iterations that sum every row.
  * BOUNDS_SHAPES=m: the first m shapes (=CF: shapes C and F); KMG_VERBOSE=1 in the environment
  * traces the bounded fit (rows screened per iteration).
  */
@@ -1688,10 +1691,9 @@ bounds_bench(void)
 		km_error	err;
 		km_gpu_dataset *ds = dataset_of(x, sh->n, sh->d, &err);
 		km_params	p;
-		km_result	r[2];
-		double		toff = 1e30,
-					ton = 1e30,
-					t1 = 1e30;
+		km_result	r[3];
+		double		tb[3] = {1e30, 1e30, 1e30},	/* without bounds, with, without and every row summed */
+					t1[2] = {1e30, 1e30};	/* max_iter 1, without bounds: running sums, every row summed */
 		char		msg[400],
 					label[40];
 
@@ -1726,11 +1728,11 @@ bounds_bench(void)
 		p.init = KM_INIT_EXPLICIT;
 		p.init_centroids = seeds.data();
 		for (int rep = 0; rep < 2; rep++)
-			for (int b = 0; b < 2; b++)
+			for (int b = 0; b < 3; b++)
 			{
-				double		t;
-
-				setenv("KMG_BOUNDS", b ? "1" : "0", 1);
+				setenv("KMG_BOUNDS", b == 1 ? "1" : "0", 1);
+				if (b == 2)
+					setenv("KMG_RUNNING", "0", 1);
 				if (rep == 1 && b == 1 && vsaved != NULL)
 				{
 					setenv("KMG_VERBOSE", vsaved, 1);
@@ -1741,49 +1743,55 @@ bounds_bench(void)
 					result_free(&r[b]);
 				result_alloc(&r[b], sh->n, sh->d, sh->k);
 				p.max_iter = 300;
-				t = timed_fit(ds, &p, &r[b], label);
-				if (b)
-					ton = std::min(ton, t);
-				else
-					toff = std::min(toff, t);
+				tb[b] = std::min(tb[b], timed_fit(ds, &p, &r[b], label));
 				unsetenv("KMG_VERBOSE");
+				unsetenv("KMG_RUNNING");
 			}
 		/* with labels, as the fits above: their copy to the host is part of the fixed time */
 		setenv("KMG_BOUNDS", "0", 1);
 		p.max_iter = 1;
 		for (int rep = 0; rep < 2; rep++)
-		{
-			km_result	r1;
+			for (int all = 0; all < 2; all++)
+			{
+				km_result	r1;
 
-			result_alloc(&r1, sh->n, sh->d, sh->k);
-			t1 = std::min(t1, timed_fit(ds, &p, &r1, label));
-			result_free(&r1);
-		}
+				if (all)
+					setenv("KMG_RUNNING", "0", 1);
+				result_alloc(&r1, sh->n, sh->d, sh->k);
+				t1[all] = std::min(t1[all], timed_fit(ds, &p, &r1, label));
+				result_free(&r1);
+				unsetenv("KMG_RUNNING");
+			}
 		unsetenv("KMG_BOUNDS");
+		for (int b = 1; b < 3; b++)
 		{
 			char		what[200];
-			const int	same = same_model(&r[0], &r[1], sh->n, sh->d, sh->k, what, sizeof(what));
+			const int	same = same_model(&r[0], &r[b], sh->n, sh->d, sh->k, what, sizeof(what));
 
-			snprintf(msg, sizeof(msg), "bounds %s (%lld,%d,%d): the same model with and without: %s",
-					 sh->name, (long long) sh->n, sh->d, sh->k, what);
+			snprintf(msg, sizeof(msg), "bounds %s (%lld,%d,%d): the same model %s: %s",
+					 sh->name, (long long) sh->n, sh->d, sh->k,
+					 b == 1 ? "with and without bounds" : "with and without running sums", what);
 			check(same, msg);
 		}
 		{
 			const int	it = r[0].iterations;
-			const double full = it > 1 ? (toff - t1) / (it - 1) : 0.0;
-			const double fixed = t1 - full;
-			const double on = ton - fixed,
-						off = toff - fixed;
-			char		line[300];
+			/* a whole iteration and the fixed part of a fit, each way of summing */
+			const double full = it > 1 ? (tb[0] - t1[0]) / (it - 1) : 0.0,
+						fullall = it > 1 ? (tb[2] - t1[1]) / (it - 1) : 0.0;
+			const double on = tb[1] - (t1[0] - full),
+						off = tb[0] - (t1[0] - full),
+						offall = tb[2] - (t1[1] - fullall);
+			char		line[400];
 
-			snprintf(line, sizeof(line), "bounds %s (%lld,%d,%d): %d iterations; full iteration %.3f ms; "
-					 "iterations' time without bounds %.1f ms, with %.1f ms: ratio %.3f (target <= 0.4)",
-					 sh->name, (long long) sh->n, sh->d, sh->k, it, 1e3 * full, 1e3 * off, 1e3 * on,
-					 off > 0 ? on / off : 0.0);
+			snprintf(line, sizeof(line), "bounds %s (%lld,%d,%d): %d iterations; full iteration %.3f ms "
+					 "(every row summed: %.3f); iterations' time without bounds %.1f ms (every row summed: "
+					 "%.1f), with %.1f ms: ratio %.3f (target <= 0.4; %.3f of every row summed)",
+					 sh->name, (long long) sh->n, sh->d, sh->k, it, 1e3 * full, 1e3 * fullall, 1e3 * off,
+					 1e3 * offall, 1e3 * on, off > 0 ? on / off : 0.0, offall > 0 ? on / offall : 0.0);
 			printf("%s\n", line);
 			fprintf(summary, "%s\n", line);
 		}
-		for (int b = 0; b < 2; b++)
+		for (int b = 0; b < 3; b++)
 			result_free(&r[b]);
 		api->dataset_free(ds);
 		free(x);

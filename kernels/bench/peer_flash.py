@@ -18,6 +18,10 @@ What it measures, per shape (A-F below):
      reads it at each fit; an engine that ignores it gives equal columns).
      Every iteration whole: KMG_BOUNDS=0, so no row is skipped by the
      bounds of later iterations (bench_engine bounds measures those).
+     The tf32 and fp16 fits keep running sums (update/running.cu: after
+     its first iteration a fit moves the exact cluster sums by the rows
+     whose label changed); a fourth column, fp16 with KMG_RUNNING=0, sorts
+     and sums every row every iteration, as flash-kmeans does.
      Median of --reps for each of T3 and T13, after one warm-up fit.
   3. Our labels for the start centroids, against the float64 argmin (ties
      to the lowest id) computed here on the GPU: the fit's own labels pass
@@ -37,9 +41,11 @@ What it measures, per shape (A-F below):
      the float32 rows (so fp16's count includes the rounding of the rows;
      a row whose |x|^2 passes 65504 gets inf in fp16, and a note says so).
   5. One markdown table at the end (a row is also printed as each shape
-     ends), and once per shape the lines of a 3-iteration fit traced by the
-     engine (KMG_VERBOSE=1, KMG_SCREEN=fp16, in a child process) that
-     mention the screen.
+     ends), and once per shape the lines of a fit traced by the
+     engine (KMG_VERBOSE=1, KMG_SCREEN=fp16, KMG_BOUNDS=0, in a child
+     process) that mention the screen: per iteration the rows moved,
+     which is what the running sums cost in proportion to.  The fit runs
+     the timing's longer count of iterations (13).
 
 Shapes (n x d, k): A 100000 x 256, 1024; B 300000 x 408, 5000;
 C 2000000 x 128, 1024; F 10000000 x 96, 256; D 1000000 x 8, 16;
@@ -600,10 +606,13 @@ class Row(dict):
 
 SCREENS = ("fp32", "tf32", "fp16")
 
+# (column, KMG_SCREEN, KMG_RUNNING): the fp16 screen again with every row summed every iteration
+OURS = [("ours_" + s, s, None) for s in SCREENS] + [("ours_fp16_all", "fp16", "0")]
+
 COLUMNS = [("shape", "shape"), ("n", "n"), ("d", "d"), ("k", "k"),
            ("gemm32", "cuBLAS fp32 ms"), ("gemm_tf32", "TF32 GEMM ms"),
            ("ours_fp32", "ours fp32 screen ms"), ("ours_tf32", "ours tf32 screen ms"),
-           ("ours_fp16", "ours fp16 screen ms"),
+           ("ours_fp16", "ours fp16 screen ms"), ("ours_fp16_all", "ours fp16, all rows summed ms"),
            ("flash_tf32", "flash TF32 ms"), ("flash_fp16", "flash fp16 ms"),
            ("ratio", "ours(fp16)/min(flash)"), ("ours_wrong", "ours wrong labels (fp32/tf32/fp16)"),
            ("flash_wrong", "flash wrong labels (TF32/fp16)")]
@@ -613,8 +622,8 @@ def table_line(row):
     vals = []
     for key, _ in COLUMNS:
         v = row.get(key, "-")
-        if key in ("gemm32", "gemm_tf32", "ours_fp32", "ours_tf32", "ours_fp16", "flash_tf32",
-                   "flash_fp16"):
+        if key in ("gemm32", "gemm_tf32", "ours_fp32", "ours_tf32", "ours_fp16", "ours_fp16_all",
+                   "flash_tf32", "flash_fp16"):
             v = fmt_ms(v)
         elif key == "ratio" and not isinstance(v, str):
             v = "%.3f" % v
@@ -628,8 +637,9 @@ def table_head():
 
 def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
     """
-    Our three columns (KMG_SCREEN fp32, tf32, fp16) on one upload, and for
-    each the wrong labels (None ref: not checked).
+    Our columns (OURS: KMG_SCREEN fp32, tf32, fp16, and fp16 with every
+    row summed) on one upload, and for each screen the wrong labels (None
+    ref: not checked).
     """
     name = row["shape"]
     t0 = time.perf_counter()
@@ -640,13 +650,18 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
     wrong = {}
     os.environ["KMG_BOUNDS"] = "0"      # whole iterations: the peer skips no row either
     try:
-        for screen in SCREENS:
+        for column, screen, running in OURS:
             os.environ["KMG_SCREEN"] = screen
+            if running is None:
+                os.environ.pop("KMG_RUNNING", None)
+            else:
+                os.environ["KMG_RUNNING"] = running
 
             def timing():
                 ms, i_lo, i_hi = per_iter(lambda m: eng.fit(ds, c0, m)[:2], args.iters, args.reps)
-                log("%s: ours %s screen: %s ms per iteration (iterations %d-%d)" % (
-                    name, screen, fmt_ms(ms), i_lo, i_hi))
+                log("%s: ours %s screen%s: %s ms per iteration (iterations %d-%d)" % (
+                    name, screen, ", every row summed" if running == "0" else "", fmt_ms(ms),
+                    i_lo, i_hi))
                 return ms
 
             def labels():
@@ -678,11 +693,13 @@ def run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args):
                     return 0
                 return "fit %d, assign %d, centroids %s" % (w_fit, w_asg, off)
 
-            row.cell("ours_" + screen, timing)
-            wrong[screen] = attempt("%s: ours %s labels" % (name, screen), labels)
+            row.cell(column, timing)
+            if running is None:
+                wrong[screen] = attempt("%s: ours %s labels" % (name, screen), labels)
     finally:
         os.environ.pop("KMG_SCREEN", None)
         os.environ.pop("KMG_BOUNDS", None)
+        os.environ.pop("KMG_RUNNING", None)
         eng.free(ds)
     row["ours_wrong"] = " / ".join(str(wrong[s]) for s in SCREENS)
 
@@ -731,12 +748,14 @@ def run_flash(torch, fk, xg, cg, ref, row, args):
 
 
 def verbose_child(spec, args, seed):
-    """A 3-iteration fit traced by the engine in a child; its lines about the screen."""
+    """A fit of the timing's longer count traced by the engine in a child; its lines about the screen."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child-verbose", spec[0], "--so", args.so,
-           "--seed", str(seed)] + (["--quick"] if args.quick else []) + \
+           "--seed", str(seed), "--iters", ",".join(str(v) for v in args.iters)] + \
+        (["--quick"] if args.quick else []) + \
         (["--fmnist", args.fmnist] if args.fmnist else [])
-    env = dict(os.environ, KMG_VERBOSE="1", KMG_SCREEN="fp16")
+    env = dict(os.environ, KMG_VERBOSE="1", KMG_SCREEN="fp16", KMG_BOUNDS="0")
     env.pop("KMG_SEED_ONLY", None)
+    env.pop("KMG_RUNNING", None)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     for line in p.stderr.splitlines():
         if "screen" in line.lower():
@@ -782,14 +801,15 @@ def run_shape(torch, eng, fk, spec, args, seed):
             ref = step_ref = None
         torch.cuda.empty_cache()
         if eng is None:
-            row["ours_fp32"] = row["ours_tf32"] = row["ours_fp16"] = row["ours_wrong"] = \
+            row["ours_fp32"] = row["ours_tf32"] = row["ours_fp16"] = row["ours_fp16_all"] = \
+                row["ours_wrong"] = \
                 "error: no engine"
         else:
             try:
                 run_ours(torch, eng, x, c0, xg, ref, step_ref, row, args)
             except Exception as e:
                 log("%s: ours: %s" % (name, short(e)))
-                for key in ("ours_fp32", "ours_tf32", "ours_fp16", "ours_wrong"):
+                for key in ("ours_fp32", "ours_tf32", "ours_fp16", "ours_fp16_all", "ours_wrong"):
                     row.setdefault(key, short(e))
         if fk is None:
             row["flash_tf32"] = row["flash_fp16"] = row["flash_wrong"] = "error: not importable"
@@ -821,12 +841,12 @@ def run_shape(torch, eng, fk, spec, args, seed):
 # ---- Entry points ----
 
 def child_verbose(args):
-    """Hidden --child-verbose: one 3-iteration fit; the engine traces it on stderr."""
+    """Hidden --child-verbose: one fit of the timing's longer count; the engine traces it on stderr."""
     spec = next(s for s in SHAPES if s[0] == args.child_verbose)
     x, c0 = shape_data(spec, args, args.seed)
     eng = Engine(args.so)
-    t, iters = eng.fit(x, c0, 3)[:2]
-    print("child: 3-iteration fit (%d run) in %.3f s" % (iters, t), file=sys.stderr)
+    t, iters = eng.fit(x, c0, args.iters[1])[:2]
+    print("child: %d-iteration fit (%d run) in %.3f s" % (args.iters[1], iters, t), file=sys.stderr)
     return 0
 
 
