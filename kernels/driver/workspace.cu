@@ -351,6 +351,7 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 		e = kmg_running_levels(&w->rs, &w->a, s);
 		if (!w->rs.on)
 			w->a.bold = NULL;
+		w->a.rs_resum = kmg_running_resum(sh->n);
 	}
 	return e;
 }

@@ -206,8 +206,9 @@ typedef struct kmg_args
 	 * of the last assignment (Cprev, kp x dp) and how far each moved since
 	 * (drift); the rows the screen must decide (brow, bs->nlist of them)
 	 * and, where the iterations keep running sums (update/running.cu), the
-	 * label each of them had before (bold, else NULL).  bounded: the
-	 * iterations use them.
+	 * label each of them had before (bold, else NULL; every row's without
+	 * bounds).  bounded: the iterations use them.  rs_resum: the moved rows
+	 * past which the running sums' update sums every row afresh instead.
 	 */
 	int			bounded;
 	float	   *ub;
@@ -216,6 +217,7 @@ typedef struct kmg_args
 	float	   *drift;
 	int32_t    *brow;
 	int32_t    *bold;
+	int64_t		rs_resum;
 	struct kmg_bstate *bs;
 	int32_t    *crow;
 	int32_t    *cids;

@@ -35,7 +35,9 @@
  *   - kmg_run_estimate_kernel and kmg_run_clus_kernel: every cluster's
  *     rounded sums into a->clus, as sums.cu leaves them for finalize.cu.
  * The first iteration of a run sums every row instead (kmg_running_rebuild:
- * sort, xsums.cu over all pieces).  A re-seed of empty clusters
+ * sort, xsums.cu over all pieces), and so does an update whose iteration
+ * moved more than a->rs_resum rows (half of them; kmg_run_resums), by the
+ * same kernels with every row under its label's key, into cleared sums.  A re-seed of empty clusters
  * (finalize.cu) leaves the labels as they are: the row it gives an empty
  * cluster moves there at the next screen, which the sums follow as any
  * other move.
@@ -50,6 +52,9 @@
 #include "update/update.cuh"
 
 #include <algorithm>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define KMG_RUN_NT 256
 #define KMG_RUN_BLOCK_KEYS 12288	/* 48 KB of shared memory: 2k keys for k <= 6144 */
@@ -81,27 +86,62 @@ kmg_run_keep_labels_kernel(kmg_args a)
 }
 
 /*
+ * Whether this update sums every row afresh: a moved row costs the sums two
+ * pieces (its new cluster gains it, its old one loses it), so past about
+ * half the rows (a->rs_resum) one piece a row is less.  Then every row is
+ * listed with its label as its only key, into sums cleared first
+ * (kmg_run_clear_kernel), which is what the first iteration's sums hold
+ * (the same levels: exact, whatever the order).  The iteration's moved
+ * count is complete when the update runs and stays until its end.
+ */
+static __device__ __forceinline__ int
+kmg_run_resums(const kmg_args &a)
+{
+	return (int64_t) *(volatile int *) &a.ctl->moved > a.rs_resum;
+}
+
+/*
  * The moved rows of the last screen, each with its two keys (-1: none):
  * key_in = its new label, key_out = k + its old label (none for a row that
- * had no label yet); rows not moved have neither.
+ * had no label yet); rows not moved have neither.  When the update sums
+ * every row (resum): row t, its label as key_in, no key_out.
  */
 static __device__ __forceinline__ void
-kmg_run_keys(const kmg_args &a, int t, int *row, int *key_in, int *key_out)
+kmg_run_keys(const kmg_args &a, int t, int resum, int *row, int *key_in, int *key_out)
 {
-	const int	r = a.bounded ? a.brow[t] : t;
-	const int	o = a.bold[t];
+	const int	r = a.bounded && !resum ? a.brow[t] : t;
 	const int	j = a.labels[r];
 
 	*row = r;
+	if (resum)
+	{
+		*key_in = j >= 0 ? j : -1;
+		*key_out = -1;
+		return;
+	}
+
+	const int	o = a.bold[t];
+
 	*key_in = o != j ? j : -1;
 	*key_out = o != j && o >= 0 ? a.k + o : -1;
 }
 
-/* The rows the last pass decided: the bounds' list, or every row. */
+/* The rows the update looks at: the bounds' list, or every row (no bounds, or resum). */
 static __device__ __forceinline__ int
-kmg_run_listed(const kmg_args &a)
+kmg_run_listed(const kmg_args &a, int resum)
 {
-	return a.bounded ? *(volatile int *) &a.bs->nlist : (int) a.n;
+	return a.bounded && !resum ? *(volatile int *) &a.bs->nlist : (int) a.n;
+}
+
+/* The running sums zeroed where this update sums every row (kmg_run_resums). */
+__global__ void __launch_bounds__(KMG_RUN_NT)
+kmg_run_clear_kernel(kmg_args a, unsigned long long *acc, int64_t words)
+{
+	if ((a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN) || !kmg_run_resums(a))
+		return;
+	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < words;
+		 i += (int64_t) gridDim.x * blockDim.x)
+		acc[i] = 0ull;
 }
 
 /*
@@ -116,7 +156,8 @@ __global__ void __launch_bounds__(KMG_RUN_NT)
 kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *rows)
 {
 	const int	lane = threadIdx.x & 31;
-	const int	nl = kmg_run_listed(a);
+	const int	resum = kmg_run_resums(a);
+	const int	nl = kmg_run_listed(a, resum);
 	const int	stride = gridDim.x * blockDim.x;
 	const int	nup = (nl + 31) / 32 * 32;
 	const unsigned below = (1u << lane) - 1u;
@@ -130,7 +171,7 @@ kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *ro
 					kout = -1;
 
 		if (t < nl)
-			kmg_run_keys(a, t, &r, &kin, &kout);
+			kmg_run_keys(a, t, resum, &r, &kin, &kout);
 		for (int side = 0; side < 2; side++)
 		{
 			const int	key = side == 0 ? kin : kout;
@@ -159,14 +200,14 @@ kmg_run_moved_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *ro
  * cursor.
  */
 static __device__ __forceinline__ void
-kmg_run_slice(const kmg_args &a, int t0, int t1, int32_t *sk, int32_t *rows)
+kmg_run_slice(const kmg_args &a, int resum, int t0, int t1, int32_t *sk, int32_t *rows)
 {
 	for (int t = t0 + threadIdx.x; t < t1; t += KMG_RUN_NT)
 	{
 		int			r,
 					key[2];
 
-		kmg_run_keys(a, t, &r, &key[0], &key[1]);
+		kmg_run_keys(a, t, resum, &r, &key[0], &key[1]);
 		for (int side = 0; side < 2; side++)
 			if (key[side] >= 0)
 			{
@@ -192,7 +233,8 @@ __global__ void __launch_bounds__(KMG_RUN_NT)
 kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32_t *rows, int nkeys)
 {
 	extern __shared__ int32_t sk[];
-	const int	nl = kmg_run_listed(a);
+	const int	resum = kmg_run_resums(a);
+	const int	nl = kmg_run_listed(a, resum);
 	const int	per = (nl + (int) gridDim.x - 1) / (int) gridDim.x;
 	const int	t0 = (int) blockIdx.x * per,
 				t1 = min(nl, t0 + per);
@@ -202,7 +244,7 @@ kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32
 	for (int key = threadIdx.x; key < nkeys; key += KMG_RUN_NT)
 		sk[key] = 0;
 	__syncthreads();
-	kmg_run_slice(a, t0, t1, sk, NULL);
+	kmg_run_slice(a, resum, t0, t1, sk, NULL);
 	__syncthreads();
 	for (int key = threadIdx.x; key < nkeys; key += KMG_RUN_NT)
 	{
@@ -219,7 +261,7 @@ kmg_run_moved_block_kernel(kmg_args a, const int2 *bounds, int32_t *tally, int32
 	if (bounds == NULL)
 		return;
 	__syncthreads();
-	kmg_run_slice(a, t0, t1, sk, rows);
+	kmg_run_slice(a, resum, t0, t1, sk, rows);
 }
 
 /*
@@ -347,6 +389,23 @@ kmg_running_levels(kmg_running *rs, const kmg_args *a, cudaStream_t s)
 	return cudaSuccess;
 }
 
+/*
+ * The moved rows past which an update sums every row afresh: half the rows
+ * (kmg_run_resums).  KMG_RUNNING_RESUM=always / never in the environment
+ * forces either way (for tests and timings).
+ */
+int64_t
+kmg_running_resum(int64_t n)
+{
+	const char *env = getenv("KMG_RUNNING_RESUM");
+
+	if (env != NULL && strcmp(env, "always") == 0)
+		return -1;
+	if (env != NULL && strcmp(env, "never") == 0)
+		return INT64_MAX;
+	return n / 2;
+}
+
 /* Every cluster's rounded sums and the estimate into a->clus. */
 static cudaError_t
 kmg_running_clus(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
@@ -419,6 +478,11 @@ kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 			kmg_run_moved_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, bounds, tally, rows);
 	};
 
+	/* an iteration that moved most rows sums every row afresh (kmg_run_resums) */
+	kmg_run_clear_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a, (unsigned long long *) rs->accmem,
+													(int64_t) (kmg_xsum_acc_bytes(a->k, a->d, rs->acc.xlev.n,
+																				  rs->acc.wlev.n) /
+															   sizeof(unsigned long long)));
 	moved(NULL, rs->count, NULL);
 	if ((e = cudaGetLastError()) != cudaSuccess ||
 		(e = kmg_pieces_of_counts(&m, rs->count, s)) != cudaSuccess)

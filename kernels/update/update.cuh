@@ -121,5 +121,6 @@ cudaError_t kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const 
 								void *temp, size_t temp_bytes, cudaStream_t s);
 cudaError_t kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s);
 cudaError_t kmg_running_keep_labels(const kmg_args *a, cudaStream_t s);
+int64_t		kmg_running_resum(int64_t n);
 
 #endif							/* KMG_UPDATE_CUH */
