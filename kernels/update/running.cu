@@ -37,10 +37,10 @@
  * The first iteration of a run sums every row instead (kmg_running_rebuild:
  * sort, xsums.cu over all pieces), and so does an update whose iteration
  * moved more than a->rs_resum rows (half of them; kmg_run_resums), by the
- * same kernels with every row under its label's key, into cleared sums.  A re-seed of empty clusters
- * (finalize.cu) leaves the labels as they are: the row it gives an empty
- * cluster moves there at the next screen, which the sums follow as any
- * other move.
+ * same kernels with every row under its label's key, into cleared sums.
+ * A re-seed of empty clusters (finalize.cu) leaves the labels as they are:
+ * the row it gives an empty cluster moves there at the next screen, which
+ * the sums follow as any other move.
  *
  * Plain C reference: the CPU engine's exact sums (km_xlevels_add over the
  * rows, src/engine/cpu_assign.c); bench_engine.cu's bounds fits compare
