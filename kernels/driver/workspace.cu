@@ -182,6 +182,15 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	return c.off + 256;
 }
 
+/* Whether the environment variable name is "0" (a switch turned off). */
+static int
+kmg_env_off(const char *name)
+{
+	const char *env = getenv(name);
+
+	return env != NULL && strcmp(env, "0") == 0;
+}
+
 /*
  * The shape of a call: n rows of d values into k clusters, a fit (else
  * assign or map, with per-cluster sums when sums), cosine rows copied
@@ -213,23 +222,18 @@ kmg_make_shape(kmg_shape *sh, int64_t n, int d, int k, int cosine, int fit, int 
 	sh->plan = kmg_assign_make_plan(n, d, sh->dp, k, fit ? KMG_MODE_ITER : KMG_MODE_LABELS, dev);
 	sh->centrable = !cosine &&
 		(sh->plan.path == KMG_PATH_NARROW || sh->plan.path == KMG_PATH_WIDE);
-	/* bounds: a fit on the tensor-core screen, l2 (KMG_BOUNDS=0 turns them off, for timings) */
-	{
-		const char *env = getenv("KMG_BOUNDS");
-
-		sh->bounds = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
-			sh->plan.screen != KMG_SCREEN_FP32 && !(env != NULL && strcmp(env, "0") == 0);
-	}
 	/*
-	 * running sums: the same fits, with or without bounds (KMG_RUNNING=0
-	 * turns them off, for timings: every iteration then sorts and sums
-	 * every row)
+	 * a fit's iterations on the tensor-core screen (l2) skip rows by bounds
+	 * and keep running sums, each on unless its variable is "0"
+	 * (KMG_BOUNDS=0, KMG_RUNNING=0: for timings; without running sums every
+	 * iteration sorts and sums every row)
 	 */
 	{
-		const char *env = getenv("KMG_RUNNING");
+		const int	screened = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
+			sh->plan.screen != KMG_SCREEN_FP32;
 
-		sh->running = fit && !cosine && !kmg_plan_fused(&sh->plan) &&
-			sh->plan.screen != KMG_SCREEN_FP32 && !(env != NULL && strcmp(env, "0") == 0);
+		sh->bounds = screened && !kmg_env_off("KMG_BOUNDS");
+		sh->running = screened && !kmg_env_off("KMG_RUNNING");
 	}
 	{
 		/* k-means++ units: tiles of 128 rows, at most 8 blocks an SM, 1024 in all */

@@ -72,12 +72,6 @@ kmg_exact_finish(double s, double cnorm, int cosine)
 	return s;
 }
 
-/*
- * The same chain with the loads of the next 4 x 16 bytes in flight while the
- * current ones are summed (the chain is a run of dependent double adds; the
- * loads are not, and in a plain loop each one would wait on its own load).
- * x and c may be global or shared; q4 float4 steps.
- */
 /* v[u] = p[q + u] for u < 4, zeros from q4 on: the chains' loads ahead */
 __device__ __forceinline__ void
 kmg_load4_ahead(float4 (&v)[4], const float4 *p, int q, int q4)
@@ -89,6 +83,12 @@ kmg_load4_ahead(float4 (&v)[4], const float4 *p, int q, int q4)
 		v[u] = q + u < q4 ? p[q + u] : z;
 }
 
+/*
+ * The same chain with the loads of the next 4 x 16 bytes in flight while the
+ * current ones are summed (the chain is a run of dependent double adds; the
+ * loads are not, and in a plain loop each one would wait on its own load).
+ * x and c may be global or shared; q4 float4 steps.
+ */
 __device__ __forceinline__ double
 kmg_chain4(const float4 *x4, const float4 *c4, int q4, double cnorm, int cosine)
 {

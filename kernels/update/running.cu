@@ -434,12 +434,20 @@ kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iot
 	return kmg_running_clus(a, rs, s);
 }
 
+/* Blocks of KMG_RUN_NT threads for a grid-stride loop over items: at most 8 an SM of 132. */
+static unsigned
+kmg_run_grid(int64_t items)
+{
+	const int64_t want = (items + KMG_RUN_NT - 1) / KMG_RUN_NT;
+
+	return (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+}
+
 /* The labels before an iteration without bounds (kmg_run_keep_labels_kernel). */
 cudaError_t
 kmg_running_keep_labels(const kmg_args *a, cudaStream_t s)
 {
-	const int64_t want = (a->n / 4 + KMG_RUN_NT - 1) / KMG_RUN_NT;
-	const unsigned grid = (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+	const unsigned grid = kmg_run_grid(a->n / 4);
 
 	kmg_run_keep_labels_kernel<<<grid, KMG_RUN_NT, 0, s>>>(*a);
 	return cudaGetLastError();
@@ -452,8 +460,7 @@ kmg_running_keep_labels(const kmg_args *a, cudaStream_t s)
 cudaError_t
 kmg_running_update(const kmg_args *a, const kmg_running *rs, cudaStream_t s)
 {
-	const int64_t want = (a->n + KMG_RUN_NT - 1) / KMG_RUN_NT;
-	const unsigned grid = (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+	const unsigned grid = kmg_run_grid(a->n);
 	kmg_args	m = *a;
 	cudaError_t e;
 	const int	block = 2 * a->k <= KMG_RUN_BLOCK_KEYS;	/* the keys fit a block's shared memory */
