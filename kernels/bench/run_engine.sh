@@ -77,16 +77,25 @@ if want bench; then
 	fi
 fi
 
-# 4. the engine against ref_kmeans.c and the CPU engine, one process per case, four at a time
-if want cases; then
+# 4. the engine against ref_kmeans.c and the CPU engine, one process per case, four at a time;
+#    then again without bounds and with the running sums re-summed every iteration (the
+#    paths a default fit takes only in some iterations), time permitting
+cases_with() {
+	local tag=$1 log="$L/engine_cases$1.log"
+	shift
 	N=$($B/bench_engine ncases 2>/dev/null || echo 0)
 	mkdir -p "$L/cases"
 	T3=$(cap 100)
-	seq $((N - 1)) -1 0 | xargs -P 4 -I{} sh -c "timeout $T3 $B/bench_engine case {} > $L/cases/{}.log 2>&1; rc=\$?; [ \$rc -ne 0 ] && echo \"case {} rc=\$rc\" >> $L/cases/{}.log"
-	cat $(ls "$L"/cases/*.log | sort -V) > "$L/engine_cases.log" 2>/dev/null
+	seq $((N - 1)) -1 0 | env "$@" xargs -P 4 -I{} sh -c "timeout $T3 $B/bench_engine case {} > $L/cases/{}.log 2>&1; rc=\$?; [ \$rc -ne 0 ] && echo \"case {} rc=\$rc\" >> $L/cases/{}.log"
+	cat $(ls "$L"/cases/*.log | sort -V) > "$log" 2>/dev/null
 	rm -rf "$L/cases"
-	echo "engine cases: $(grep -c '^ok' "$L/engine_cases.log") ok, $(grep -c '^FAIL' "$L/engine_cases.log") FAIL, $(grep -c ' rc=' "$L/engine_cases.log") crashed/timed out (of $N) [$SECONDS s]" >> "$S"
-	grep -E '^FAIL|rc=' "$L/engine_cases.log" | cut -c1-300 | head -20 >> "$S"
+	echo "engine cases${*:+ ($*)}: $(grep -c '^ok' "$log") ok, $(grep -c '^FAIL' "$log") FAIL, $(grep -c ' rc=' "$log") crashed/timed out (of $N) [$SECONDS s]" >> "$S"
+	grep -E '^FAIL|rc=' "$log" | cut -c1-300 | head -20 >> "$S"
+}
+if want cases; then
+	cases_with ""
+	want cases 60 && cases_with _nobounds KMG_BOUNDS=0
+	want cases 60 && cases_with _resum KMG_RUNNING_RESUM=always
 fi
 
 # 5. API checks (assign, map, streaming, determinism, cancellation, errors)
