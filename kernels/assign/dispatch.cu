@@ -277,13 +277,19 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	return p;
 }
 
-/* The plan for a shape: the first row of the table that fits. */
+/*
+ * The plan for a shape: the first row of the table that fits.
+ * KMG_FUSED=0 in the environment skips the fused rows (the benchmarks time
+ * small-k shapes on the filter row's screen that way).
+ */
 kmg_assign_plan
 kmg_assign_make_plan(int64_t n, int d, int dp, int k, int mode, const kmg_device *dev)
 {
 	static const int order[] = {KMG_PATH_NARROW, KMG_PATH_WIDE, KMG_PATH_DIRECT};
 	kmg_assign_plan p;
 
+	if (kmg_env_off("KMG_FUSED"))
+		return kmg_assign_plan_path(KMG_PATH_FILTER, n, d, dp, k, mode, dev);
 	for (int i = 0; i < 3; i++)
 	{
 		p = kmg_assign_plan_path(order[i], n, d, dp, k, mode, dev);

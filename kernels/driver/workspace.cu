@@ -182,15 +182,6 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 	return c.off + 256;
 }
 
-/* Whether the environment variable name is "0" (a switch turned off). */
-static int
-kmg_env_off(const char *name)
-{
-	const char *env = getenv(name);
-
-	return env != NULL && strcmp(env, "0") == 0;
-}
-
 /*
  * The shape of a call: n rows of d values into k clusters, a fit (else
  * assign or map, with per-cluster sums when sums), cosine rows copied

@@ -40,6 +40,8 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kmeans_engine.h"
 #include "kmeans_gpu_cuda.h"
@@ -64,6 +66,15 @@
 
 /* Round x up to a multiple of m. */
 #define KMG_ROUND_UP(x, m) ((((x) + (m) - 1) / (m)) * (m))
+
+/* Whether the environment variable name is "0" (a development switch turned off). */
+static inline int
+kmg_env_off(const char *name)
+{
+	const char *env = getenv(name);
+
+	return env != NULL && strcmp(env, "0") == 0;
+}
 
 /* ctl->stop: why the queued iterations have stopped doing work. */
 enum
