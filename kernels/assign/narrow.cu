@@ -22,11 +22,15 @@
  *	  second (no k-wide arrays in registers);
  *	- rows within the slack are settled in the thread, among the centroids
  *	  the filter cannot rule out (d <= 32: short chains);
- *	- the sums: the tile's rows are listed by (label, row) (a bit per row in
- *	  its label's word, a warp scan per label, a scan over the labels), and
- *	  every (cluster, column) cell of the block belongs to one thread, which
- *	  adds its cluster's rows in row order into a double register, four
- *	  rows' loads in flight: no floating-point atomics, a fixed order;
+ *	- the sums, where the tiles fit (d <= 16, few clusters: kmg_narrow_mma_on):
+ *	  on the float64 tensor cores, each warp its own rows, the clusters'
+ *	  indicator matrix times the rows (kmg_narrow_mma_sums), so the tile loop
+ *	  has no block barrier; otherwise the tile's rows are listed by (label,
+ *	  row) (a bit per row in its label's word, a warp scan per label, a scan
+ *	  over the labels), and every (cluster, column) cell of the block
+ *	  belongs to one thread, which adds its cluster's rows in row order into
+ *	  a double register, four rows' loads in flight.  Either way no
+ *	  floating-point atomics and a fixed order;
  *	- each block adds its partial (k (d + 1) doubles, k counts) to 128-bit
  *	  fixed-point accumulators with integer atomics (kmg_fix_atomic: the
  *	  total does not depend on the order), its estimate to a slot of its
@@ -542,18 +546,12 @@ kmg_narrow_sums(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, in
 	}
 }
 
-/*
- * Epilogue: the block's partial into the order-free accumulators
- * (kmg_fix_atomic), its estimate into its slot of a.part (a fixed-order
- * sum of the warps), the moved and exact counts into the control block.
- */
+/* Epilogue of the listing's sums: the block's partial into the order-free accumulators (kmg_fix_atomic). */
 template <int CPT>
 __device__ __forceinline__ void
-kmg_narrow_block_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol,
-						 int ncell, const double (&acc)[CPT], const int (&cnt)[CPT], double est,
-						 int moved, int nexact)
+kmg_narrow_block_partial(int tid, const kmg_args &a, int d, int ncol, int ncell, const double (&acc)[CPT],
+						 const int (&cnt)[CPT])
 {
-
 #pragma unroll
 	for (int u = 0; u < CPT; u++)
 	{
@@ -568,6 +566,16 @@ kmg_narrow_block_partial(int tid, int lane, int warp, const kmg_args &a, const k
 				atomicAdd(a.nfix + 2 * ncell + e / ncol, (unsigned long long) cnt[u]);
 		}
 	}
+}
+
+/*
+ * The block's estimate into its slot of a.part (a fixed-order sum of the
+ * warps), its moved and exact counts into the control block.
+ */
+__device__ __forceinline__ void
+kmg_narrow_block_counts(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, double est,
+						int moved, int nexact)
+{
 	for (int o = 16; o > 0; o >>= 1)
 	{
 		est += __shfl_xor_sync(0xffffffffu, est, o);
@@ -594,10 +602,160 @@ kmg_narrow_block_partial(int tid, int lane, int warp, const kmg_args &a, const k
 }
 
 /*
+ * The sums on the double-precision tensor cores (DP <= 16 and few enough
+ * tiles: kmg_narrow_mma_on).  A tile's sums are a product: the clusters'
+ * indicator matrix (KB x rows, 0 or 1) times the rows (rows x DP), taken
+ * four rows at a time by mma m8n8k4 in float64.  Each product of the
+ * indicator is exact (x or 0), so every cell adds its cluster's values in
+ * double, in an order fixed by the rows' places in the warp: the result
+ * depends on the rows and the grid only, as the listing's row-order sums
+ * did.  A warp sums its own rows (those of its lanes, already in shared
+ * memory for the exact costs), so the tile loop has no block barrier left;
+ * the warps' partials meet once, at the block's end, in warp order.
+ * Clusters sit in m-tiles of 8 (the A fragment's rows), columns in n-tiles
+ * of 8 (B's columns); with weights, one more n-tile sums w in its column 0.
+ * Counts are integers (shared-memory atomics: order-free).
+ *
+ * m8n8k4 float64 fragments (lane = 4 g + t): a = A[g][t], b = B[t][g],
+ * d[i] = D[g][2 t + i].
+ */
+template <int DP, int KB>
+__host__ __device__ constexpr bool
+kmg_narrow_mma_on()
+{
+	return DP <= 16 && ((KB + 7) / 8) * (DP / 8 + 1) <= 4;
+}
+
+static __device__ __forceinline__ void
+kmg_dmma884(double (&d)[2], double a, double b)
+{
+	asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+				 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
+}
+
+/*
+ * One tile's rows of this warp into its accumulators: rows q = 32 r + l of
+ * the warp (l its lane's place), four a step; the label of row q is lane
+ * l's lab[r], the row itself sm.xs's row r NT + 32 warp + l (raw values).
+ * Each lane also counts its own rows (s_cnt).
+ */
+template <int DP, int KB, int R, bool weighted>
+__device__ __forceinline__ void
+kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&lab)[R],
+					int *s_cnt, double (&acc)[(KB + 7) / 8][DP / 8][2], double (&accw)[(KB + 7) / 8][2])
+{
+	constexpr int MT = (KB + 7) / 8;
+	constexpr int NT8 = DP / 8;
+	const int	g = lane >> 2;
+	const int	t = lane & 3;
+
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		if (lab[r] >= 0)
+			atomicAdd(&s_cnt[lab[r]], 1);
+#pragma unroll 2
+		for (int s = 0; s < 8; s++)
+		{
+			const int	l = 4 * s + t;
+			const int	lb = __shfl_sync(0xffffffffu, lab[r], l);
+			const int	p = r * KMG_NARROW_NT + warp * 32 + l;
+			double		w = 1.0;
+
+			if constexpr (weighted)
+				w = (double) sm.w[p];
+			double		b[NT8];
+
+#pragma unroll
+			for (int n = 0; n < NT8; n++)
+			{
+				const double x = (double) sm.xs[p * DP + 8 * n + g];
+
+				if constexpr (weighted)
+					b[n] = w * x;
+				else
+					b[n] = x;
+			}
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+			{
+				const double am = lb == 8 * m + g ? 1.0 : 0.0;
+
+#pragma unroll
+				for (int n = 0; n < NT8; n++)
+					kmg_dmma884(acc[m][n], am, b[n]);
+				if constexpr (weighted)
+					kmg_dmma884(accw[m], am, g == 0 ? w : 0.0);
+			}
+		}
+	}
+}
+
+/*
+ * The block's partial from the warps' accumulators: each warp's cells into
+ * shared memory (the rows' room, free after the last tile), then cell e
+ * (cluster j, column c; c == d the weight) the warps' values added in warp
+ * order, into the order-free accumulators as kmg_narrow_block_partial does.
+ */
+template <int DP, int KB>
+__device__ __forceinline__ void
+kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol,
+					   int ncell, bool weighted, const double (&acc)[(KB + 7) / 8][DP / 8][2],
+					   const double (&accw)[(KB + 7) / 8][2], const int *s_cnt)
+{
+	constexpr int MT = (KB + 7) / 8;
+	constexpr int NT8 = DP / 8;
+	constexpr int NW = KMG_NARROW_NT / 32;
+	constexpr int BC = DP + 1;	/* a cluster's cells in the buffer: DP columns, the weight */
+	double	   *buf = reinterpret_cast<double *>(sm.xs);	/* NW x KB x BC */
+	const int	g = lane >> 2;
+	const int	t = lane & 3;
+
+	static_assert((size_t) NW * KB * BC * sizeof(double) <=
+				  (size_t) KMG_NARROW_NT * kmg_narrow_rows(DP) * DP * sizeof(float), "the buffer fits the rows' room");
+	__syncthreads();			/* every warp is done with the rows */
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+	{
+		double	   *cl = buf + ((size_t) warp * KB + 8 * m + g) * BC;
+
+#pragma unroll
+		for (int n = 0; n < NT8; n++)
+		{
+			cl[8 * n + 2 * t] = acc[m][n][0];
+			cl[8 * n + 2 * t + 1] = acc[m][n][1];
+		}
+		if (t == 0)
+			cl[DP] = accw[m][0];
+	}
+	__syncthreads();
+	for (int e = tid; e < ncell; e += KMG_NARROW_NT)
+	{
+		const int	j = e / ncol;
+		const int	c = e - j * ncol;
+		double		v = 0.0;
+
+		if (c < d || weighted)
+		{
+			const int	col = c < d ? c : DP;
+
+			for (int w = 0; w < NW; w++)
+				v += buf[((size_t) w * KB + j) * BC + col];
+		}
+		else
+			v = (double) s_cnt[j];
+		kmg_fix_atomic(a.nfix + 2 * e, v, c == d ? a.wshift : a.sshift);
+		if (c == d && s_cnt[j] > 0)
+			atomicAdd(a.nfix + 2 * ncell + j, (unsigned long long) s_cnt[j]);
+	}
+}
+
+/*
  * The pass's last block: every column of the cluster sums decoded from the
- * accumulators (which it clears for the next pass), the estimate from the
- * blocks' slots in a fixed tree, then the end of the iteration
- * (finalize_block.cuh).
+ * accumulators (which it clears for the next pass), into a.clus
+ * and into shared memory (the rows' room), the estimate from the blocks'
+ * slots in a fixed tree, then the end of the iteration
+ * (finalize_block.cuh) from the shared copy.
  */
 __device__ __forceinline__ void
 kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, int ncol,
@@ -605,9 +763,13 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 {
 	const int	cw = KMG_CW(a.dp);
 	const int	nb = gridDim.x;
+	double	   *sclus = reinterpret_cast<double *>(sm.xs);	/* k x cw, the rows' room is free */
+	__shared__ int s_moved;
 	int			nempty = 0;
 	double		e = 0.0;
 
+	if (tid == 0)
+		s_moved = *(volatile int *) &a.ctl->moved;
 	/* every column of clus: sums, zeros, w, count, estimate (cluster 0) */
 	for (int x = tid; x < k * cw; x += KMG_NARROW_NT)
 	{
@@ -634,6 +796,7 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 			f[0] = 0ull;
 		}
 		a.clus[x] = v;
+		sclus[x] = v;
 	}
 	/* the estimate: the blocks' slots in a fixed tree */
 	for (int b = tid; b < nb; b += KMG_NARROW_NT)
@@ -659,12 +822,12 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 	if (tid == 0)
 	{
 		a.clus[a.dp + 2] = e;
+		sclus[a.dp + 2] = e;
 		a.ctl->nempty = nempty;
 		a.ctl->ticket2 = 0;
 	}
-	__threadfence_block();
 	__syncthreads();
-	kmg_finalize_block(a, KMG_FIN_ITER, *(volatile int *) &a.ctl->moved, nempty);
+	kmg_finalize_block(a, KMG_FIN_ITER, s_moved, nempty, sclus);
 }
 
 /*
@@ -682,6 +845,8 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 	extern __shared__ __align__(16) unsigned char kmg_nsmem[];
 	constexpr int TR = KMG_NARROW_NT * R;
 	constexpr int CPT = (KB * (DP + 1) + KMG_NARROW_NT - 1) / KMG_NARROW_NT;	/* cells per thread */
+	static_assert((size_t) KB * KMG_CW(DP) * sizeof(double) <= (size_t) TR * DP * sizeof(float),
+				  "the last block's copy of the sums fits the rows' room");
 	const kmg_narrow_layout L = kmg_narrow_layout_of(DP, KB, R);
 	const kmg_narrow_smem sm = {
 		(float *) (kmg_nsmem + L.c2), (float *) (kmg_nsmem + L.cr), (float *) (kmg_nsmem + L.cn),
@@ -692,7 +857,8 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 	};
 	__shared__ int s_last,
 				s_count[32],
-				s_start[33];
+				s_start[33],
+				s_cnt[32];
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
@@ -715,15 +881,33 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 	/* cells of the sums: (cluster j, column c), c == d is the weight */
 	const int	ncol = d + 1;
 	const int	ncell = k * ncol;
-	double		acc[CPT];
-	int			cnt[CPT];
+	constexpr bool MMA = kmg_narrow_mma_on<DP, KB>();
+	constexpr int CPTL = MMA ? 1 : CPT;	/* the listing's cells (none on the tensor cores) */
+	constexpr int MT = (KB + 7) / 8;
+	const bool	weighted = a.W != NULL;
+	double		acc[CPTL];
+	int			cnt[CPTL];
+	double		macc[MT][DP / 8][2];
+	double		maccw[MT][2];
 
 #pragma unroll
-	for (int u = 0; u < CPT; u++)
+	for (int u = 0; u < CPTL; u++)
 	{
 		acc[u] = 0.0;
 		cnt[u] = 0;
 	}
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+	{
+#pragma unroll
+		for (int n = 0; n < DP / 8; n++)
+			macc[m][n][0] = macc[m][n][1] = 0.0;
+		maccw[m][0] = maccw[m][1] = 0.0;
+	}
+	if (MMA && tid < 32)
+		s_cnt[tid] = 0;
+	if (MMA)
+		__syncthreads();		/* the centroids and counts are in place (the tile loop has no block barrier) */
 
 	double		est = 0.0;
 	int			moved = 0,
@@ -743,7 +927,10 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 					xx[R];
 		int			b[R];
 
-		__syncthreads();		/* the last tile's sums are done with it */
+		if (MMA)
+			__syncwarp();		/* the warp's last sums are done with its rows */
+		else
+			__syncthreads();	/* the last tile's sums are done with it */
 		kmg_narrow_stage_rows<DP, R>(tid, a, sm, xr, wr, xx);
 		kmg_narrow_filter<DP, KB, R>(sm, xr, f1, f2, b);
 		kmg_narrow_settle<DP, R>(tid, a, sm, d, k, cosine, base, r1, iter, cmax, all_exact, xr, old,
@@ -754,19 +941,34 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 			continue;
 		}
+		if constexpr (MMA)
+		{
+			/* the next tile's loads, in flight while the sums run */
+			if (base + TR < r1)
+				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+			__syncwarp();		/* the warp's rows are staged */
+			if (weighted)
+				kmg_narrow_mma_sums<DP, KB, R, true>(lane, warp, sm, lab, s_cnt, macc, maccw);
+			else
+				kmg_narrow_mma_sums<DP, KB, R, false>(lane, warp, sm, lab, s_cnt, macc, maccw);
+			continue;
+		}
 		kmg_narrow_mark<KB, R>(tid, lane, warp, sm, k, lab);
 		/* the next tile's loads, in flight while the sums run */
 		if (base + TR < r1)
 			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 		__syncthreads();
 		kmg_narrow_order<KB, R>(tid, lane, warp, sm, k, lab, s_count, s_start);
-		kmg_narrow_sums<DP, CPT>(tid, a, sm, d, ncol, ncell, s_count, s_start, acc, cnt);
+		kmg_narrow_sums<DP, CPTL>(tid, a, sm, d, ncol, ncell, s_count, s_start, acc, cnt);
 	}
 
 	if (!iter)
 		return;
-	kmg_narrow_block_partial<CPT>(tid, lane, warp, a, sm, d, ncol, ncell, acc, cnt, est, moved,
-								  nexact);
+	if constexpr (MMA)
+		kmg_narrow_mma_partial<DP, KB>(tid, lane, warp, a, sm, d, ncol, ncell, weighted, macc, maccw, s_cnt);
+	else
+		kmg_narrow_block_partial<CPTL>(tid, a, d, ncol, ncell, acc, cnt);
+	kmg_narrow_block_counts(tid, lane, warp, a, sm, est, moved, nexact);
 
 	/* the last block: the cluster sums, then the end of the iteration */
 	__threadfence();

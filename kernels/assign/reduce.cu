@@ -102,7 +102,7 @@ kmg_reduce_finalize_kernel(kmg_args a)
 			a.ctl->nempty = nempty;
 			a.ctl->ticket2 = 0;
 		}
-		kmg_finalize_block(a, KMG_FIN_ITER, moved, nempty);
+		kmg_finalize_block(a, KMG_FIN_ITER, moved, nempty, a.clus);
 	}
 }
 

@@ -206,7 +206,8 @@ kmg_finalize_kernel(kmg_args a, int mode)
 			cmax = fmaxf(cmax, (float) red[wv]);
 
 		ctl->ticket = 0;
-		kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est);
+		kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est, kmg_ctl_snapshot(ctl),
+					   a.bounded ? *(volatile int *) &a.bs->nlist : -1);
 	}
 }
 
@@ -224,7 +225,7 @@ kmg_finalize1_kernel(kmg_args a, int mode)
 		moved = *(volatile int *) &a.ctl->moved;
 		nempty = mode == KMG_FIN_ITER ? *(volatile int *) &a.ctl->nempty : 0;
 	}
-	kmg_finalize_block(a, mode, moved, nempty);
+	kmg_finalize_block(a, mode, moved, nempty, a.clus);
 }
 
 cudaError_t

@@ -23,15 +23,36 @@
 #include "kmg_device.cuh"
 
 /*
+ * The control block's fields the decisions read, in one go (volatile: other
+ * blocks' atomics, fenced before the caller's ticket, wrote them).
+ */
+static __device__ __forceinline__ kmg_ctl
+kmg_ctl_snapshot(const kmg_ctl *ctl)
+{
+	const volatile kmg_ctl *v = ctl;
+	kmg_ctl		c;
+
+	c.iter = v->iter;
+	c.namb = v->namb;
+	c.ncand = v->ncand;
+	c.relocated = v->relocated;
+	c.max_iter = v->max_iter;
+	c.tol = v->tol;
+	return c;
+}
+
+/*
  * The decisions that end an iteration (or a set-up), by one thread: the
  * filter's bound and exactness flag where centroids moved, a pause for empty
  * clusters, else the iteration's record and the stop rule (settled, tol,
- * max_iter), with the per-iteration counters reset.  Shared by
- * kmg_finalize_block and kmg_finalize_kernel (finalize.cu).
+ * max_iter), with the per-iteration counters reset.  snap: the control
+ * block's fields as kmg_ctl_snapshot read them; nlist: the bounds' screened
+ * rows (a.bounded).  Shared by kmg_finalize_block and kmg_finalize_kernel
+ * (finalize.cu).
  */
 static __device__ __forceinline__ void
 kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
-			   float cmax, int allx, double est)
+			   float cmax, int allx, double est, const kmg_ctl &snap, int nlist)
 {
 	kmg_ctl    *ctl = a.ctl;
 
@@ -48,24 +69,24 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 		return;
 	}
 
-	const int	t = ctl->iter + 1;
+	const int	t = snap.iter + 1;
 	const double frac = (double) moved / (double) a.n;
 	kmg_stat   *st = &a.stats[t - 1];
 	int			stop = KMG_RUN;
 
 	if (moved == 0)
 		stop = KMG_STOP_SETTLED;
-	else if (frac <= ctl->tol)
+	else if (frac <= snap.tol)
 		stop = KMG_STOP_TOL;
-	else if (t >= ctl->max_iter)
+	else if (t >= snap.max_iter)
 		stop = KMG_STOP_MAXITER;
 	st->moved_frac = frac;
 	st->inertia = est;
 	st->moved = moved;
-	st->relocated = mode == KMG_FIN_RESEED ? ctl->relocated : 0;
-	st->ambiguous = ctl->namb;
-	st->candidates = ctl->ncand;
-	st->screened = a.bounded ? a.bs->nlist : -1;
+	st->relocated = mode == KMG_FIN_RESEED ? snap.relocated : 0;
+	st->ambiguous = snap.namb;
+	st->candidates = snap.ncand;
+	st->screened = a.bounded ? nlist : -1;
 	st->stop = stop;
 	ctl->iter = t;
 	ctl->moved = 0;
@@ -76,8 +97,15 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	ctl->stop = stop;
 }
 
+/*
+ * Everything the block reads is asked for first (the control block, the
+ * re-seed flags, the centring), and a cluster's warp carries its centroid
+ * in registers from the mean to |c'|: the end of an iteration is a few
+ * memory round trips, not one per step.  clus: the cluster sums (k x
+ * KMG_CW(dp)), a.clus or a copy in the caller's shared memory.
+ */
 static __device__ __noinline__ void
-kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty)
+kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const double *clus)
 {
 	__shared__ double fred[32];
 	__shared__ float fmax_[32];
@@ -90,22 +118,48 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty)
 				k = a.k;
 	const int	cw = KMG_CW(dp);
 	const int	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
+	kmg_ctl		snap;
+	int			nlist = -1;
+	double		est = 0.0;
+	float		cmax = 0.0f;
+	int			allx = 0;
 
-	if (change && mode != KMG_FIN_SETUP)
-		for (int j = warp; j < k; j += nw)
+	/* the reads, in flight together: the decisions', the re-seed flags of this warp's clusters, the centring */
+	uint32_t	relmask = 0;
+	const float mu0 = a.mu != NULL && lane < d ? a.mu[lane] : 0.0f;
+
+	if (tid == 0)
+	{
+		snap = kmg_ctl_snapshot(a.ctl);
+		if (a.bounded)
+			nlist = *(volatile int *) &a.bs->nlist;
+	}
+	if (a.reloc != NULL && mode != KMG_FIN_SETUP)
+		relmask = __ballot_sync(0xffffffffu, warp + lane * nw < k && a.reloc[warp + lane * nw] != 0);
+	if (mode != KMG_FIN_SETUP)
+		for (int jj = tid; jj < k; jj += blockDim.x)
+			est += clus[(size_t) jj * cw + dp + 2];
+
+	if (change)
+		for (int j = warp, q = 0; j < k; j += nw, q++)
 		{
-			const double *cl = a.clus + (size_t) j * cw;
-			const double w = cl[dp];
+			const double *cl = clus + (size_t) j * cw;
 			float	   *c = a.C + (size_t) j * dp;
+			float	   *cf = a.Cf + (size_t) j * dp;
+			double		w = 0.0,
+						scale = 1.0,
+						s = 0.0;
+			int			fresh = 0;
 
-			if ((a.reloc != NULL && a.reloc[j]) || !(w > 0.0))
-				continue;
-
-			double		scale = 1.0;
-			int			ok = 1;
-
-			if (a.cosine)
+			if (mode != KMG_FIN_SETUP)
 			{
+				w = cl[dp];
+				fresh = !((relmask >> q) & 1u) && w > 0.0;
+			}
+			if (fresh && a.cosine)
+			{
+				int			ok = 1;
+
 				if (lane == 0)
 				{
 					double		nrm = 0.0;
@@ -120,102 +174,95 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty)
 					ok = scale > 0.0 && isfinite(scale);
 				}
 				scale = __shfl_sync(0xffffffffu, scale, 0);
-				ok = __shfl_sync(0xffffffffu, ok, 0);
+				fresh = __shfl_sync(0xffffffffu, ok, 0);
 			}
-			if (ok)
+			if (fresh)
 			{
 				int			bad = 0;
 
 				for (int i = lane; i < d; i += 32)
 					if (!isfinite((float) km_ddiv(km_ddiv(cl[i], w), scale)))
 						bad = 1;
-				if (!__any_sync(0xffffffffu, bad))
-					for (int i = lane; i < d; i += 32)
-						c[i] = (float) km_ddiv(km_ddiv(cl[i], w), scale);
+				fresh = !__any_sync(0xffffffffu, bad);
 			}
-		}
-	__syncthreads();
-	if (change)
-		for (int j = warp; j < k; j += nw)
-		{
-			const float *c = a.C + (size_t) j * dp;
-			float	   *cf = a.Cf + (size_t) j * dp;
-			double		s = 0.0;
-
 			if (a.cosine)
 			{
+				if (fresh)
+					for (int i = lane; i < d; i += 32)
+						c[i] = (float) km_ddiv(km_ddiv(cl[i], w), scale);
+				__syncwarp();
 				if (lane == 0)
 				{
 					const double nrm = km_normalize_row(c, cf, d);
+					const double cn = km_exact_norm(c, d);
 
 					if (nrm == 0.0)
 						for (int i = 0; i < d; i++)
 							cf[i] = 0.0f;
-					a.cnorm[j] = km_exact_norm(c, d);
+					a.cnorm[j] = cn;
+					allx |= !(cn > 0.0 && isfinite(cn));
 				}
 				__syncwarp();
-			}
-			else if (a.mu != NULL)
-			{
 				for (int i = lane; i < d; i += 32)
-					cf[i] = c[i] - a.mu[i];
-				__syncwarp();
+					s += (double) cf[i] * (double) cf[i];
 			}
-			for (int i = lane; i < d; i += 32)
-				s += (double) cf[i] * (double) cf[i];
+			else
+				for (int i = lane; i < d; i += 32)
+				{
+					/* the new centroid (or the one kept), its filter copy c - mu, |c'|^2 */
+					const float ci = fresh ? (float) km_ddiv(km_ddiv(cl[i], w), scale) : c[i];
+					float		cfi = ci;
+
+					if (fresh)
+						c[i] = ci;
+					if (a.mu != NULL)
+					{
+						cfi = ci - (i == lane ? mu0 : a.mu[i]);
+						cf[i] = cfi;
+					}
+					s += (double) cfi * (double) cfi;
+				}
 			for (int o = 16; o > 0; o >>= 1)
 				s += __shfl_xor_sync(0xffffffffu, s, o);
 			if (lane == 0)
 			{
+				const float nf = (float) sqrt(s);
+
 				a.cn[j] = (float) s;
-				a.cnf[j] = (float) sqrt(s);
+				a.cnf[j] = nf;
+				cmax = fmaxf(cmax, nf);
 			}
 		}
-	__threadfence_block();
-	__syncthreads();
 
 	/* the decisions */
+	if (a.reloc != NULL)
 	{
-		float		cmax = 0.0f;
-		int			allx = 0;
-		double		est = 0.0;
-
+		__syncthreads();		/* every warp has read its flags */
 		for (int jj = tid; jj < k; jj += blockDim.x)
-		{
-			cmax = fmaxf(cmax, *(volatile float *) &a.cnf[jj]);
-			if (a.cosine)
-			{
-				const double cn = *(volatile double *) &a.cnorm[jj];
-
-				allx |= !(cn > 0.0 && isfinite(cn));
-			}
-			if (mode != KMG_FIN_SETUP)
-				est += *(volatile double *) &a.clus[(size_t) jj * cw + dp + 2];
-			if (a.reloc != NULL)
-				a.reloc[jj] = 0;
-		}
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
-			est += __shfl_xor_sync(0xffffffffu, est, o);
-		}
-		if (lane == 0)
-		{
-			fmax_[warp] = cmax;
-			fred[warp] = est;
-		}
-		allx = __syncthreads_or(allx);
-		if (tid != 0)
-			return;
-		cmax = fmax_[0];
-		est = fred[0];
-		for (int wv = 1; wv < nw; wv++)
-		{
-			cmax = fmaxf(cmax, fmax_[wv]);
-			est += fred[wv];
-		}
-		kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est);
+			a.reloc[jj] = 0;
 	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+		est += __shfl_xor_sync(0xffffffffu, est, o);
+	}
+	if (lane == 0)
+	{
+		fmax_[warp] = cmax;
+		fred[warp] = est;
+	}
+	allx = __syncthreads_or(allx);
+	__threadfence_block();
+	if (tid != 0)
+		return;
+	cmax = fmax_[0];
+	est = fred[0];
+	for (int wv = 1; wv < nw; wv++)
+	{
+		cmax = fmaxf(cmax, fmax_[wv]);
+		est += fred[wv];
+	}
+	kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est, snap, nlist);
 }
 
 #endif							/* KMG_FINALIZE_BLOCK_CUH */
