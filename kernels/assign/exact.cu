@@ -118,8 +118,7 @@ kmg_classify(const kmg_args *a, int mode, cudaStream_t stream)
 
 	if (a->n == 0)
 		return cudaSuccess;
-	if (blocks > 132 * 16)
-		blocks = 132 * 16;
+	blocks = kmg_stride_grid(blocks, 16);
 	kmg_classify_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
 }

@@ -67,6 +67,19 @@
 /* Round x up to a multiple of m. */
 #define KMG_ROUND_UP(x, m) ((((x) + (m) - 1) / (m)) * (m))
 
+/*
+ * Blocks for a grid-stride launch that would like `want`: at most per_sm for
+ * each of 132 multiprocessors (an H100's or H200's; more blocks would only
+ * queue, and a device with fewer runs the same blocks in turns), at least one.
+ */
+static inline unsigned
+kmg_stride_grid(int64_t want, int per_sm)
+{
+	const int64_t cap = (int64_t) 132 * per_sm;
+
+	return (unsigned) (want < 1 ? 1 : want > cap ? cap : want);
+}
+
 /* Whether the environment variable name is "0" (a development switch turned off). */
 static inline int
 kmg_env_off(const char *name)

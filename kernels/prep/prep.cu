@@ -471,13 +471,12 @@ kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp, int co
 	{
 		const int64_t n4 = n * (dp / 4);
 
-		blocks = std::min<int64_t>((n4 + 255) / 256, 132 * 8);
+		blocks = kmg_stride_grid((n4 + 255) / 256, 8);
 		kmg_xstats_flat_kernel<<<(unsigned) blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(X),
 																	   n4, out);
 		return cudaGetLastError();
 	}
-	if (blocks > 132 * 8)
-		blocks = 132 * 8;
+	blocks = kmg_stride_grid(blocks, 8);
 	kmg_xstats_kernel<<<(unsigned) blocks, 256, 0, stream>>>(X, W, n, d, dp, cosine, out);
 	return cudaGetLastError();
 }

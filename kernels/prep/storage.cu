@@ -174,8 +174,7 @@ kmg_rows_from_storage_norms(const void *src, int storage, int64_t rows, int d, i
 
 	if (rows == 0)
 		return cudaSuccess;
-	if (blocks > 132 * 16)
-		blocks = 132 * 16;
+	blocks = kmg_stride_grid(blocks, 16);
 	kmg_from_storage_norms_kernel<<<(unsigned) blocks, 256, 0, stream>>>(src, storage, rows, d, dp,
 																		 dst, xnorm);
 	return cudaGetLastError();

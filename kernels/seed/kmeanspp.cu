@@ -1547,11 +1547,7 @@ kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run,
 		return e;
 	if (p.dq > 0)
 	{
-		int64_t		blocks = (a->n + 7) / 8;
-
-		if (blocks > (int64_t) 132 * 64)
-			blocks = (int64_t) 132 * 64;
-		kmg_pp_shadow_kernel<<<(unsigned) (blocks < 1 ? 1 : blocks), 256, 0, stream>>>(p);
+		kmg_pp_shadow_kernel<<<kmg_stride_grid((a->n + 7) / 8, 64), 256, 0, stream>>>(p);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
 	}

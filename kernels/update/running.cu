@@ -434,13 +434,11 @@ kmg_running_rebuild(const kmg_args *a, const kmg_running *rs, const int32_t *iot
 	return kmg_running_clus(a, rs, s);
 }
 
-/* Blocks of KMG_RUN_NT threads for a grid-stride loop over items: at most 8 an SM of 132. */
+/* Blocks of KMG_RUN_NT threads for a grid-stride loop over items (kmg_stride_grid, 8 an SM). */
 static unsigned
 kmg_run_grid(int64_t items)
 {
-	const int64_t want = (items + KMG_RUN_NT - 1) / KMG_RUN_NT;
-
-	return (unsigned) std::max<int64_t>(1, std::min<int64_t>(want, 132 * 8));
+	return kmg_stride_grid((items + KMG_RUN_NT - 1) / KMG_RUN_NT, 8);
 }
 
 /* The labels before an iteration without bounds (kmg_run_keep_labels_kernel). */

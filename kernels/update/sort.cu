@@ -381,8 +381,7 @@ kmg_label_pieces(const kmg_args *a, cudaStream_t stream)
 
 	if (kmg_csort_used(a->n, a->k))
 		return cudaSuccess;
-	if (blocks > 132 * 16)
-		blocks = 132 * 16;
+	blocks = kmg_stride_grid(blocks, 16);
 	if ((e = cudaMemsetAsync(a->bounds, 0, sizeof(int2) * a->k, stream)) != cudaSuccess)
 		return e;
 	kmg_bounds_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*a);

@@ -428,8 +428,7 @@ kmg_moved(const int32_t *fresh, int32_t *kept, int64_t n, unsigned long long *mo
 
 	if (n == 0)
 		return cudaSuccess;
-	if (blocks > 132 * 8)
-		blocks = 132 * 8;
+	blocks = kmg_stride_grid(blocks, 8);
 	kmg_moved_kernel<<<(unsigned) blocks, 256, 0, stream>>>(fresh, kept, n, moved);
 	return cudaGetLastError();
 }
@@ -463,8 +462,7 @@ kmg_xsum_combine(const kmg_xsum_acc *acc, const void *peer, int k, int d, cudaSt
 	const size_t n = (size_t) acc->xlev.n * k * d + (size_t) acc->wlev.n * k + k + 2;
 	int64_t		blocks = (int64_t) ((n + 255) / 256);
 
-	if (blocks > 132 * 8)
-		blocks = 132 * 8;
+	blocks = kmg_stride_grid(blocks, 8);
 	kmg_xsum_combine_kernel<<<(unsigned) blocks, 256, 0, stream>>>(*acc, (const double *) peer, k, d);
 	return cudaGetLastError();
 }
