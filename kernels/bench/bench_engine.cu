@@ -1023,7 +1023,9 @@ seed_checks(void)
  *	kinds: 0 small integers (exact ties everywhere), 1 every centroid twice,
  *	2 blobs offset by 1e5, 3 blobs scaled to 1e18 (past the screen's range),
  *	4 blobs scaled to 1e-19 (products near the subnormals), 5 blobs,
- *	6 rows at the midpoint of two centroids or on one
+ *	6 rows at the midpoint of two centroids or on one.
+ * The "wide:" cases (128 < dp <= 1016, k <= 16) run the wide pass whatever
+ * the screen; they hold any certificate that pass uses to the same data.
  */
 static const char *const screens[] = {"fp16", "tf32", "fp32"};
 #define NSCREENS 3
@@ -1051,6 +1053,14 @@ screen_checks(void)
 		{"blobs d=408 k=5000", 30000, 408, 5000, 0, 5},
 		{"cosine blobs d=256 k=300", 50000, 256, 300, 1, 5},
 		{"midpoints of two centroids", 100000, 128, 1024, 0, 6},
+		/* the wide pass (128 < dp <= 1016, k <= 16): its own TF32 certificate */
+		{"wide: small integers, exact ties", 100000, 200, 10, 0, 0},
+		{"wide: every centroid twice", 50000, 256, 16, 0, 1},
+		{"wide: blobs offset by 1e5", 50000, 784, 10, 0, 2},
+		{"wide: blobs scaled to 1e18", 20000, 200, 12, 0, 3},
+		{"wide: blobs scaled to 1e-19", 20000, 200, 12, 0, 4},
+		{"wide: midpoints of two centroids", 50000, 784, 16, 0, 6},
+		{"wide: cosine blobs d=300 k=8", 30000, 300, 8, 1, 5},
 	};
 	const char *prev = getenv("KMG_SCREEN");
 	char	   *saved = prev != NULL ? strdup(prev) : NULL;
