@@ -4,6 +4,7 @@
  *	  the time of every step of a Lloyd iteration, on the target shapes.
  *
  *	bin/bench_kernels [validate] [bench]
+ *	(KBENCH_ONLY=i: bench's shape i alone)
  *
  * Linked with the engine's objects (bin/engine_objs/), so it calls the
  * launchers of the family headers (assign/assign.cuh, prep/prep.cuh,
@@ -15,7 +16,8 @@
  *	- the timing of prepare, filter, classify, exact, sort, segment,
  *	  finalize (large k) and of the fused pass, reduction and finalize
  *	  (small k), each the median of 20 launches, against the bytes each
- *	  must move and cuBLAS-free ceilings (4.3 TB/s).
+ *	  must move and cuBLAS-free ceilings (4.3 TB/s); for the wide pass also
+ *	  the rows it listed for the exact settling.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -677,6 +679,10 @@ bench(void)
 	printf("\nstep times (median of 20, us); data: blobs + 10%% noise, centroids = rows\n");
 	for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++)
 	{
+		/* KBENCH_ONLY=i: shape i alone */
+		if (getenv("KBENCH_ONLY") != NULL && atoi(getenv("KBENCH_ONLY")) != (int) t)
+			continue;
+
 		const int64_t n = shapes[t].n;
 		const int	d = shapes[t].d,
 					k = shapes[t].k;
@@ -701,6 +707,17 @@ bench(void)
 
 			printf("  fused iteration (%s: pass, reduce, finalize) %.1f (%.2f TB/s)  labels-only pass %.1f  finalize alone %.1f  (plan: kb %d s %d smem %zu grid %d)\n",
 				   kind, a, xbytes / a / 1e6, it, c, s.plan.kb, s.plan.s, s.plan.smem, s.plan.nblocks);
+			if (s.plan.path == KMG_PATH_WIDE)
+			{
+				std::vector<int> wc(s.plan.nblocks);
+				int64_t		listed = 0;
+
+				CK(cudaMemcpy(wc.data(), s.a.wcount, sizeof(int) * s.plan.nblocks, cudaMemcpyDeviceToHost));
+				for (int v : wc)
+					listed += v;
+				printf("  wide pass: %lld rows listed for the exact settling (%.2f%%)\n",
+					   (long long) listed, 100.0 * listed / n);
+			}
 			if (s.plan.path != KMG_PATH_DIRECT)
 			{
 				/* the run-2 kernel on the same shape, for comparison */
