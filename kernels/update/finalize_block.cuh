@@ -251,8 +251,7 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 		fmax_[warp] = cmax;
 		fred[warp] = est;
 	}
-	allx = __syncthreads_or(allx);
-	__threadfence_block();
+	allx = __syncthreads_or(allx);	/* a barrier: the warps' slots are visible */
 	if (tid != 0)
 		return;
 	cmax = fmax_[0];
