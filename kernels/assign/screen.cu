@@ -1679,10 +1679,9 @@ kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_
 int
 kmg_screen_wgmma_usable(int dp, const kmg_device *dev)
 {
-	const char *env = getenv("KMG_WGMMA");
 	int			built = 0;
 
-	if (env != NULL && strcmp(env, "0") == 0)
+	if (kmg_env_off("KMG_WGMMA"))
 		return 0;
 	if (dev == NULL || dev->cc_major != 9 || dev->cc_minor != 0 || (dp + 31) / 32 > WKS)
 		return 0;

@@ -21,6 +21,9 @@
 
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
+#include "update/update.cuh"
+
+static_assert(KMG_FIN1_KMAX <= 32 * (256 / 32), "a warp's re-seed flags fit one ballot (kmg_finalize_block)");
 
 /*
  * The control block's fields the decisions read, in one go (volatile: other
@@ -102,7 +105,9 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
  * re-seed flags, the centring), and a cluster's warp carries its centroid
  * in registers from the mean to |c'|: the end of an iteration is a few
  * memory round trips, not one per step.  clus: the cluster sums (k x
- * KMG_CW(dp)), a.clus or a copy in the caller's shared memory.
+ * KMG_CW(dp)), a.clus or a copy in the caller's shared memory.  A warp's
+ * re-seed flags fit one ballot while k <= 32 warps: every caller runs 256
+ * threads with k <= KMG_FIN1_KMAX.
  */
 static __device__ __noinline__ void
 kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const double *clus)
