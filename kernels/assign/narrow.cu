@@ -717,6 +717,10 @@ kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg
 #pragma unroll
 	for (int m = 0; m < MT; m++)
 	{
+		/* the fragment's rows past KB (KB = 4: g >= 4) are no clusters: writing them would land in the next warp's cells */
+		if (8 * m + g >= KB)
+			continue;
+
 		double	   *cl = buf + ((size_t) warp * KB + 8 * m + g) * BC;
 
 #pragma unroll
