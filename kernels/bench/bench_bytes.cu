@@ -28,8 +28,8 @@
  * on), also in CUDA graphs of four (as the engine runs small-k fits), and
  * the pass, the settle and the finalize alone.  What it leaves out of an
  * engine pass: weights, cosine, rows that are not all bytes, k > 15, the
- * engine's control block (stop rules, empty clusters re-seeded), and its
- * estimate is a per-block double sum.
+ * engine's control block (stop rules, empty clusters re-seeded), and the
+ * inertia estimate (none is computed).
  */
 #include <cuda_runtime.h>
 
@@ -41,6 +41,10 @@
 
 #include <algorithm>
 #include <vector>
+
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"		/* kmg_exact_step_xd: km_exact_cost's chain, step by step */
+#include "ref_kmeans.h"			/* ref_assign: the labels every harness checks against */
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
 	fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -62,7 +66,6 @@ typedef struct
 	int		   *labels;
 	int		   *sum;			/* 16 x D: the sums (integer atomics: order-free) */
 	int		   *cnt;			/* 16 */
-	double	   *pest;			/* blocks */
 	int		   *pmoved;			/* blocks */
 	int		   *list;			/* rows to settle */
 	int		   *nlist;
@@ -104,18 +107,22 @@ cp16(void *smem, const void *g)
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g));
 }
 
-/* one (row, centroid) pair: best and second by value, the best's id on ties the lowest */
+/*
+ * (c1, ci, c2) merged into (b1, i1, b2): best and second by value, the
+ * best's id on ties the lowest (km_top2_merge's rule, in double); one
+ * (value, id) pair is (v, j, INFINITY).
+ */
 static __device__ __forceinline__ void
-top2(double v, int j, double &b1, int &i1, double &b2)
+top2_merge(double &b1, int &i1, double &b2, double c1, int ci, double c2)
 {
-	if (v < b1 || (v == b1 && j < i1))
+	if (c1 < b1 || (c1 == b1 && ci < i1))
 	{
-		b2 = b1;
-		b1 = v;
-		i1 = j;
+		b2 = fmin(b1, c2);
+		b1 = c1;
+		i1 = ci;
 	}
-	else if (v < b2)
-		b2 = v;
+	else
+		b2 = fmin(b2, c1);
 }
 
 /* tile i's rows into shared memory (rows past n: not loaded, their labels -1) */
@@ -166,16 +173,7 @@ bytes_pass(pargs a)
 		s_emax = e;
 	}
 
-	int			acc2[4][4][4];	/* sums: chunk slot, n-tile, fragment */
-
-#pragma unroll
-	for (int s = 0; s < 4; s++)
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				acc2[s][j][e] = 0;
-	double		est = 0.0;
+	int			acc2[4][4][4] = {};	/* sums: chunk slot, n-tile, fragment */
 	int			moved = 0;
 
 	if (blockIdx.x < ntiles)
@@ -198,7 +196,7 @@ bytes_pass(pargs a)
 
 		/* the dots: warp w, rows 16 w .. 16 w + 15; 2 n-tiles of centroids x 2 pieces */
 		{
-			int			acc[2][2][4];
+			int			acc[2][2][4] = {};	/* n-tile, piece, fragment */
 			/* ldmatrix: lane i gives row i % 8 of matrix i / 8 */
 			const int	q = lane >> 3,
 						rr = lane & 7;
@@ -222,13 +220,6 @@ bytes_pass(pargs a)
 					}
 				}
 
-#pragma unroll
-			for (int n = 0; n < 2; n++)
-#pragma unroll
-				for (int p = 0; p < 2; p++)
-#pragma unroll
-					for (int e = 0; e < 4; e++)
-						acc[n][p][e] = 0;
 #pragma unroll 5
 			for (int ks = 0; ks < KS; ks++)
 			{
@@ -266,7 +257,7 @@ bytes_pass(pargs a)
 						const double dot = 256.0 * (double) acc[n][0][2 * h + e] + (double) acc[n][1][2 * h + e];
 
 						if (j < k)
-							top2(scn[j] - dot * (1.0 / 128.0), j, b1, i1, b2);
+							top2_merge(b1, i1, b2, scn[j] - dot * (1.0 / 128.0), j, INFINITY);
 					}
 #pragma unroll
 				for (int o = 1; o <= 2; o <<= 1)
@@ -275,14 +266,7 @@ bytes_pass(pargs a)
 								ob2 = __shfl_xor_sync(0xffffffffu, b2, o);
 					const int	oi1 = __shfl_xor_sync(0xffffffffu, i1, o);
 
-					if (ob1 < b1 || (ob1 == b1 && oi1 < i1))
-					{
-						b2 = fmin(b1, ob2);
-						b1 = ob1;
-						i1 = oi1;
-					}
-					else
-						b2 = fmin(b2, ob1);
+					top2_merge(b1, i1, b2, ob1, oi1, ob2);
 				}
 
 				const int	rl = 16 * warp + g + 8 * h;
@@ -306,7 +290,6 @@ bytes_pass(pargs a)
 						if (b2 - b1 > slack)
 						{
 							lab = i1;
-							est += fmax(xx + b1, 0.0);
 							if (pold[h] != lab)
 							{
 								moved++;
@@ -428,32 +411,20 @@ bytes_pass(pargs a)
 				atomicAdd(a.sum + c, v);
 		}
 	}
-	/* est and moved: a fixed order within the block (warp sums by shuffles, then warp order) */
-	__shared__ double s_est[8];
+	/* the block's moved rows, for the iteration's record */
 	__shared__ int s_mov[8];
 
 	for (int o = 16; o > 0; o >>= 1)
-	{
-		est += __shfl_xor_sync(0xffffffffu, est, o);
 		moved += __shfl_xor_sync(0xffffffffu, moved, o);
-	}
 	if (lane == 0)
-	{
-		s_est[warp] = est;
 		s_mov[warp] = moved;
-	}
 	__syncthreads();
 	if (tid == 0)
 	{
-		double		e = 0.0;
 		int			m = 0;
 
 		for (int w = 0; w < 8; w++)
-		{
-			e += s_est[w];
 			m += s_mov[w];
-		}
-		a.pest[blockIdx.x] = e;
 		a.pmoved[blockIdx.x] = m;
 	}
 	if (tid < 16)
@@ -462,9 +433,9 @@ bytes_pass(pargs a)
 }
 
 /*
- * The listed rows, a warp each, lane j the centroid j: sum (x - c_j)^2 in
- * float64 in index order (the reference's order, no contraction), the least
- * with ties to the lowest id; their bytes into the sums with integer
+ * The listed rows, a warp each, lane j the centroid j: km_exact_cost's
+ * chain (kmg_exact_step_xd, index order, one rounding a step), the least
+ * with ties to the lowest id, as every engine settles a close call; their bytes into the sums with integer
  * atomics (order-free).  The centroids (stride DS: no bank conflicts between
  * the lanes) and the warp's row are in shared memory, so a chain waits only
  * on its own adds.
@@ -515,7 +486,7 @@ bytes_settle(const uint8_t *X, const float *C, int k, int *labels, const int *li
 		{
 			const float *c = ssc + lane * DS;
 
-			/* sixteen columns' operands loaded and squared ahead of their dependent adds */
+			/* sixteen columns' operands loaded ahead of the chain's dependent steps */
 			s = 0.0;
 			for (int q0 = 0; q0 < D; q0 += 16)
 			{
@@ -523,20 +494,15 @@ bytes_settle(const uint8_t *X, const float *C, int k, int *labels, const int *li
 				const float4 c4[4] = {*(const float4 *) (c + q0), *(const float4 *) (c + q0 + 4),
 				*(const float4 *) (c + q0 + 8), *(const float4 *) (c + q0 + 12)};
 				const uint32_t xw[4] = {xb.x, xb.y, xb.z, xb.w};
-				double		m[16];
 
 #pragma unroll
 				for (int i = 0; i < 16; i++)
 				{
 					const float cv = i % 4 == 0 ? c4[i / 4].x : i % 4 == 1 ? c4[i / 4].y
 						: i % 4 == 2 ? c4[i / 4].z : c4[i / 4].w;
-					const double v = (double) ((xw[i / 4] >> (8 * (i % 4))) & 255u) - (double) cv;
 
-					m[i] = __dmul_rn(v, v);
+					kmg_exact_step_xd(s, (double) ((xw[i / 4] >> (8 * (i % 4))) & 255u), cv, 0);
 				}
-#pragma unroll
-				for (int i = 0; i < 16; i++)
-					s = __dadd_rn(s, m[i]);
 			}
 		}
 		for (int o = 16; o > 0; o >>= 1)
@@ -593,7 +559,7 @@ bytes_finalize(int nblocks, int k, int *xsum, int *xcnt, float *C,
 		const long long s = xsum[j * D + col];
 
 		if (s_cnt > 0)
-			C[j * D + col] = (float) ((double) s / (double) s_cnt);
+			C[j * D + col] = (float) km_ddiv((double) s, (double) s_cnt);
 
 		const float c = C[j * D + col];
 		const int	q = (int) rintf(c * 256.0f);
@@ -663,38 +629,19 @@ read_idx(const char *path, int64_t *n)
 	return v;
 }
 
-/* the reference: labels, then sums and counts, then centroids */
+/*
+ * The reference: labels by ref_assign (the float64 argmin every harness
+ * checks against), then sums and counts in int64, then the centroids.
+ */
 static void
-ref_iteration(const std::vector<uint8_t> &X, int64_t n, int k, std::vector<float> &C, std::vector<int> &lab,
-			  std::vector<long long> &sum, std::vector<long long> &cnt)
+ref_iteration(const std::vector<float> &Xf, const std::vector<uint8_t> &X, int64_t n, int k,
+			  std::vector<float> &C, std::vector<int> &lab)
 {
+	std::vector<long long> sum((size_t) k * D, 0),
+				cnt(k, 0);
+
 	lab.assign(n, 0);
-#pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < n; r++)
-	{
-		double		best = INFINITY;
-		int			bj = 0;
-
-		for (int j = 0; j < k; j++)
-		{
-			double		s = 0.0;
-
-			for (int c = 0; c < D; c++)
-			{
-				const double v = (double) X[r * D + c] - (double) C[j * D + c];
-
-				s += v * v;
-			}
-			if (s < best)
-			{
-				best = s;
-				bj = j;
-			}
-		}
-		lab[r] = bj;
-	}
-	sum.assign((size_t) k * D, 0);
-	cnt.assign(k, 0);
+	ref_assign(Xf.data(), n, D, C.data(), k, 0, lab.data(), NULL);
 	for (int64_t r = 0; r < n; r++)
 	{
 		cnt[lab[r]]++;
@@ -704,7 +651,7 @@ ref_iteration(const std::vector<uint8_t> &X, int64_t n, int k, std::vector<float
 	for (int j = 0; j < k; j++)
 		if (cnt[j] > 0)
 			for (int c = 0; c < D; c++)
-				C[j * D + c] = (float) ((double) sum[(size_t) j * D + c] / (double) cnt[j]);
+				C[j * D + c] = (float) km_ddiv((double) sum[(size_t) j * D + c], (double) cnt[j]);
 }
 
 int
@@ -744,8 +691,7 @@ main(int argc, char **argv)
 	float	   *dC,
 			   *dcerr;
 	double	   *dcn,
-			   *dxx,
-			   *dpest;
+			   *dxx;
 	int		   *dlab,
 			   *dpmoved,
 			   *dlist,
@@ -761,7 +707,6 @@ main(int argc, char **argv)
 	CK(cudaMalloc(&dcerr, 16 * sizeof(float)));
 	CK(cudaMalloc(&dcn, 16 * sizeof(double)));
 	CK(cudaMalloc(&dxx, n * sizeof(double)));
-	CK(cudaMalloc(&dpest, nblocks * sizeof(double)));
 	CK(cudaMalloc(&dlab, n * sizeof(int)));
 	CK(cudaMalloc(&dpmoved, nblocks * sizeof(int)));
 	CK(cudaMalloc(&dlist, n * sizeof(int)));
@@ -801,7 +746,6 @@ main(int argc, char **argv)
 	pa.labels = dlab;
 	pa.sum = dxsum;
 	pa.cnt = dxcnt;
-	pa.pest = dpest;
 	pa.pmoved = dpmoved;
 	pa.list = dlist;
 	pa.nlist = dnlist;
@@ -856,8 +800,7 @@ main(int argc, char **argv)
 		std::vector<float> C = C0;
 		std::vector<int> rlab,
 					glab(n);
-		std::vector<long long> sum,
-					cnt;
+		const std::vector<float> Xf(X.begin(), X.end());	/* the same rows as float32, for ref_assign */
 		std::vector<float> gC(16 * D);
 		std::vector<int> st(2 * nchecks);
 
@@ -866,7 +809,7 @@ main(int argc, char **argv)
 		{
 			iteration(it);
 			CK(cudaDeviceSynchronize());
-			ref_iteration(X, n, k, C, rlab, sum, cnt);
+			ref_iteration(Xf, X, n, k, C, rlab);
 			CK(cudaMemcpy(glab.data(), dlab, n * sizeof(int), cudaMemcpyDeviceToHost));
 			CK(cudaMemcpy(gC.data(), dC, 16 * D * sizeof(float), cudaMemcpyDeviceToHost));
 			CK(cudaMemcpy(st.data(), dstat, 2 * nchecks * sizeof(int), cudaMemcpyDeviceToHost));
@@ -971,7 +914,7 @@ main(int argc, char **argv)
 				bytes_pass<<<nblocks, NT, smem, st>>>(pa);
 				bytes_settle<<<nsm, 32 * SETTLE_W, ssmem, st>>>(dX, dC, k, dlab, dlist, dnlist, dxsum, dxcnt, dxmoved);
 				bytes_finalize<<<k, 256, 0, st>>>(nblocks, k, dxsum, dxcnt, dC, dCP, dcn, dcerr, dnlist,
-												  dxmoved, dpmoved, dstat, 4000 / 2 - 4 + it);
+												  dxmoved, dpmoved, dstat, 3 + iters + it);	/* records past the timed run's */
 			}
 			CK(cudaStreamEndCapture(st, &gr));
 			CK(cudaGraphInstantiate(&ge, gr, 0));
