@@ -138,17 +138,6 @@ kmg_h16(float v)
 }
 
 /*
- * Four 8 x 8 matrices of 16-bit values at shared address a (lane l gives
- * row l % 8 of matrix l / 8).
- */
-__device__ __forceinline__ void
-kmg_ldsm4(uint32_t *r, unsigned a)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-				 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-/*
  * c += a b on one m16n8 tile, k = 8 TF32 columns (H false) or 16 float16
  * columns (H true); FIRST: c = a b + (c0, c1, c0, c1) instead, the tile's
  * first step taking cn_j as its addend.

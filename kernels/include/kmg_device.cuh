@@ -9,6 +9,7 @@
  *	  already in double);
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
  *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait);
+ *	- tensor-core fragments from shared memory (kmg_ldsm4);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
@@ -227,6 +228,20 @@ kmg_cp16_wait_n(int n)
 		kmg_cp16_wait<2>();
 	else
 		kmg_cp16_wait<3>();
+}
+
+/* ---- tensor-core fragments ---- */
+
+/*
+ * Four 8 x 8 matrices of 16-bit values at shared address a (lane l gives
+ * row l % 8 of matrix l / 8); also four 8 x 16 byte matrices, as the
+ * integer mma's fragments take them.
+ */
+__device__ __forceinline__ void
+kmg_ldsm4(uint32_t *r, unsigned a)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+				 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
 /* ---- argmin: the smaller cost, ties to the lower index ---- */
