@@ -175,7 +175,8 @@ typedef struct kmg_args
 								 * centred; cosine: normalised) */
 	float	   *cn;				/* kp: |Cf_j|^2, +INF past k */
 	float	   *cnf;			/* k: |Cf_j| */
-	double	   *cnorm;			/* k: km_exact_norm(C_j) (cosine) */
+	double	   *cnorm;			/* k: km_exact_norm(C_j) (cosine); l2 without
+								 * centring: |C_j|^2 in double (assign/bytes.cu) */
 
 	/* per row */
 	int32_t    *labels;

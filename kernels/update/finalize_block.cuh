@@ -233,6 +233,8 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 			{
 				const float nf = (float) sqrt(s);
 
+				if (!a.cosine && a.mu == NULL)
+					a.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
 				a.cn[j] = (float) s;
 				a.cnf[j] = nf;
 				cmax = fmaxf(cmax, nf);
