@@ -9,6 +9,9 @@
  *	  exact settling, labels and per-block sums in one read of the rows);
  *	  reduce.cu: the wide and direct passes' partials added in block order,
  *	  and the end of the iteration;
+ *	- bytes.cu: a fit's iteration on the wide plan's shapes when every value
+ *	  is a byte (kept a second time as bytes: integer tensor cores, integer
+ *	  sums), then its reduction and the end of the iteration;
  *	- filter_gemm.cu (contract: filter_gemm.cuh): the float32 filter for
  *	  larger k, a GEMM fused with a per-row top-2;
  *	- screen.cu: the same filter on tensor cores (float16 or TF32), listing
@@ -75,6 +78,8 @@ typedef struct kmg_assign_plan
 	int			groups;			/* accumulator copies per block (direct, MODE_ITER) */
 	size_t		smem;			/* dynamic shared memory */
 	int			nblocks;		/* persistent grid */
+	int			bytes;			/* wide: a fit's iterations may run bytes.cu, when its
+								 * rows are all bytes (kmg_assign_prepare sets it up) */
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */
 	int			screen;			/* KMG_SCREEN_* */
@@ -110,6 +115,19 @@ kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);
 size_t		kmg_direct_smem(int kb, int s, int nstage, int groups, int dp, int k);
 size_t		kmg_direct_acc_bytes(int dp, int k);
+
+/* ---- bytes.cu: the wide plan's iterations on rows that are all bytes ---- */
+#define KMG_BYTES_KMAX 15		/* centroid slot 15 holds ones */
+#define KMG_BYTES_DPMAX 800		/* bytes a row (d rounded up to 16): two 128-row tiles fit */
+int			kmg_bytes_stride(int d);
+size_t		kmg_bytes_smem(int d);
+size_t		kmg_bytes_list_len(int64_t n, int nblocks);
+cudaError_t kmg_bytes_rows(const float *X, int64_t n, int d, int dp, uint8_t *Xb,
+						   unsigned long long *scratch, int sms, unsigned long long *nbad,
+						   double *sumsq, cudaStream_t stream);
+cudaError_t kmg_bytes_prepare(int d);
+int64_t		kmg_bytes_nmax(int sms);
+cudaError_t kmg_bytes_launch(const kmg_args *a, int nblocks, cudaStream_t stream);
 
 /* A pass of the screen that decides only the rows a->brow lists, and keeps their bounds. */
 static inline __host__ __device__ int

@@ -20,6 +20,13 @@
  *													owns column chunk t, one more
  *													the weights (256 threads); 16:
  *													its per-cluster arrays.
+ *	  the same, a fit's	bytes.cu in the iterations,		every value an integer in 0..255
+ *	  iterations, l2,	when kmg_rows_setup finds		(images): a quarter of the
+ *	  unweighted, k <=	every value a byte; the			bytes, dots on the integer
+ *	  15, d <= 800		labels-only passes stay on		tensor cores (compute capability
+ *						wide.cu							8.0 on), integer sums; 800: two
+ *													128-row tiles in shared memory;
+ *													15: the 16th slot holds ones.
  *	k <= 32 (other dp)	direct.cu (KB 4/8/12/16/24/32;	the centroids fit a register
  *						S = 1, 4, 32 lanes a row for	tile and shared memory; S so
  *						dp <= 32, <= 128, larger),		that each lane owns several
@@ -160,6 +167,20 @@ kmg_plan_wide(kmg_assign_plan *p, int64_t n, int dp, int k, const kmg_device *li
 	return p->nblocks > 0;
 }
 
+/*
+ * The wide row's byte pass (bytes.cu) for a fit's iterations; whether the
+ * rows are all bytes is known only once they are on the device.
+ * KMG_BYTES=0 in the environment keeps the iterations on the floats (the
+ * benchmarks time both).
+ */
+static int
+kmg_plan_bytes(int64_t n, int d, int k, int mode, const kmg_device *lim)
+{
+	return mode == KMG_MODE_ITER && k >= 1 && k <= KMG_BYTES_KMAX && n <= kmg_bytes_nmax(lim->sms) &&
+		kmg_bytes_stride(d) <= KMG_BYTES_DPMAX && kmg_bytes_smem(d) <= lim->smem_optin &&
+		(lim->cc_major == 0 || lim->cc_major >= 8) && !kmg_env_off("KMG_BYTES");
+}
+
 /* The direct row: k <= 32, any dp. */
 static int
 kmg_plan_direct(kmg_assign_plan *p, int64_t n, int dp, int k, int mode, const kmg_device *lim)
@@ -262,11 +283,13 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	kmg_assign_plan p = kmg_plan_empty(path, dp, &lim);
 	int			ok = 0;
 
-	(void) d;
 	if (path == KMG_PATH_NARROW)
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
 	else if (path == KMG_PATH_WIDE)
+	{
 		ok = kmg_plan_wide(&p, n, dp, k, &lim);
+		p.bytes = ok && kmg_plan_bytes(n, d, k, mode, &lim);
+	}
 	else if (path == KMG_PATH_DIRECT)
 		ok = kmg_plan_direct(&p, n, dp, k, mode, &lim);
 	if (!ok)
@@ -317,6 +340,11 @@ kmg_assign_prepare(kmg_assign_plan *plan, const kmg_device *dev)
 	}
 	if (plan->fn == NULL)
 		return cudaErrorInvalidValue;
+	if (plan->bytes && kmg_bytes_prepare(plan->dp) != cudaSuccess)
+	{
+		(void) cudaGetLastError();
+		plan->bytes = 0;		/* the iterations stay on the floats */
+	}
 	e = cudaFuncSetAttribute((const void *) plan->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
 							 (int) plan->smem);
 	if (e != cudaSuccess)
@@ -365,6 +393,9 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 
 	if (kmg_plan_fused(plan))
 	{
+		/* rows that are all bytes: the pass, its reduction and the end (bytes.cu) */
+		if (plan->bytes && mode == KMG_MODE_ITER && a->Xb != NULL)
+			return kmg_bytes_launch(a, plan->sms < a->nblocks ? plan->sms : a->nblocks, stream);
 		if ((e = kmg_fused_launch(a, plan, mode, stream)) != cudaSuccess ||
 			mode != KMG_MODE_ITER || plan->path == KMG_PATH_NARROW)
 			return e;

@@ -114,6 +114,7 @@ typedef struct kmg_work
 	float	   *xscratch;		/* k floats */
 	float	   *mu;				/* dp floats: the centring, when centrable */
 	unsigned short *xh;			/* the float16 screen's copy of the rows (a.Xh once made), or NULL */
+	uint8_t    *xb;				/* the byte copy of the rows (a.Xb once found exact), or NULL */
 	void	   *stats_work;
 	kmg_seed_bufs sb;
 	kmg_running rs;				/* a bounded fit's running sums (rs.on: in use) */

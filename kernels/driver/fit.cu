@@ -22,7 +22,9 @@
  * assign/bounds.cu first lists the rows whose label may change and the
  * screen decides only those):
  *	small k:      kmg_assign_pass: the narrow kernel alone (its last block
- *	              ends the iteration), or the wide or direct kernel ->
+ *	              ends the iteration); on rows that are all bytes the byte
+ *	              kernel -> its reduction -> kmg_finalize_spread; or the
+ *	              wide or direct kernel ->
  *	              kmg_reduce_finalize (whose last block ends the iteration)
  *	otherwise:    kmg_assign_pass: km_filter_prepare -> km_filter_top2
  *	              (skipped when the run has stopped) -> kmg_classify ->
@@ -877,6 +879,9 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	KMG_CK(kmg_fill_int(f.w.iota, rows->n, 0, 1, f.s));
 	KMG_CK(kmg_rows_setup(&f.sh, &f.w, 1, f.s));
 	KMG_CK(cudaStreamSynchronize(f.s));
+	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+		fprintf(stderr, "kmg: plan path %d, rows as bytes %s\n", f.sh.plan.path,
+				f.w.a.Xb != NULL ? "yes" : f.sh.plan.bytes ? "no (not all bytes, or weighted)" : "no");
 	if ((st = kmg_report_step(&f, KM_PHASE_PREPARE, 0, 0, rows->n, rows->n, 0.0, err)) != KM_OK)
 		goto done;
 	kmg_make_graph(&f);

@@ -161,6 +161,15 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 			w->a.wmask = (uint32_t *) kmg_carve(&c, (size_t) n * sizeof(uint32_t));
 			w->a.wcount = (int *) kmg_carve(&c, (size_t) sh->plan.nblocks * sizeof(int));
 		}
+		if (sh->plan.bytes && sh->fit && !sh->cosine)
+		{
+			/* the byte copy of the rows and its pass's close calls (assign/bytes.cu) */
+			const int	xbs = kmg_bytes_stride(sh->d);
+
+			w->xb = (uint8_t *) kmg_carve(&c, (size_t) n * xbs);
+			w->a.xblist = (int32_t *) kmg_carve(&c, kmg_bytes_list_len(n, sh->plan.nblocks) *
+												 sizeof(int32_t));
+		}
 	}
 	w->a.ctl = (kmg_ctl *) kmg_carve(&c, sizeof(kmg_ctl));
 	w->a.stats = (kmg_stat *) kmg_carve(&c, (size_t) (sh->max_iter + 1) * sizeof(kmg_stat));
@@ -260,7 +269,8 @@ kmg_shape_without_rows16(kmg_shape *sh)
  * After the rows are prepared (kmg_prep_rows), once per call: the l2
  * centring of the fused passes that take it (mu = the rows' mean, rounded
  * to float, used when |mu|^2 > mean |x|^2 / 16, as the CPU engine decides),
- * the float16 copy of the rows when the plan screens in float16, and, for a fit, the scale of the order-free inertia of the final pass
+ * the float16 copy of the rows when the plan screens in float16, the byte
+ * copy when the plan may iterate on bytes and they all are, and, for a fit, the scale of the order-free inertia of the final pass
  * (the CPU engine's: km_fix_scale(max w * (cosine ? 2 : 4 max |x|^2) * 1.01,
  * n)) and the levels of the running sums (update/running.cu).
  * Synchronises the stream.
@@ -270,19 +280,46 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 {
 	kmg_row_stats st;
 	double	   *colsum = NULL;
-	cudaError_t e;
+	cudaError_t e = cudaSuccess;
+	int			centre;
 
 	w->a.mu = NULL;
 	w->a.ishift = KM_FIX_UNSET;
-	if (sh->centrable)
+	/*
+	 * the byte copy of the rows (assign/bytes.cu), kept when every value is
+	 * an integer in 0..255 and the fit is unweighted; otherwise the
+	 * iterations stay on the floats.  Such a fit is not centred: its
+	 * iterations decide on the bytes, and the end of each iteration then
+	 * has no centred copy of the centroids to make (finalize_block.cuh).
+	 */
+	w->a.Xb = NULL;
+	if (fit && w->xb != NULL && w->a.W == NULL)
+	{
+		unsigned long long nbad = 0;
+		double		sumsq = 0.0;
+
+		/* a.part (the fused pass's partials, unused until the iterations): the copy's two counts */
+		e = kmg_bytes_rows(w->a.X, sh->n, sh->d, sh->dp, w->xb, (unsigned long long *) w->a.part,
+						   sh->plan.sms, &nbad, &sumsq, s);
+		if (e == cudaSuccess && nbad == 0)
+		{
+			w->a.Xb = w->xb;
+			w->a.xbs = kmg_bytes_stride(sh->d);
+			w->a.xbsq = sumsq;
+		}
+	}
+	if (e != cudaSuccess)
+		return e;
+	centre = sh->centrable && w->a.Xb == NULL;
+	if (centre)
 	{
 		colsum = (double *) malloc(sizeof(double) * sh->dp);
 		if (colsum == NULL)
 			return cudaErrorMemoryAllocation;
 	}
-	e = kmg_row_stats_run(w->a.X, w->a.W, sh->n, sh->d, sh->dp, sh->centrable,
+	e = kmg_row_stats_run(w->a.X, w->a.W, sh->n, sh->d, sh->dp, centre,
 						  w->stats_work, colsum, &st, s);
-	if (e == cudaSuccess && sh->centrable)
+	if (e == cudaSuccess && centre)
 	{
 		float	   *mu = (float *) calloc(sh->dp, sizeof(float));
 		double		m2 = 0.0;

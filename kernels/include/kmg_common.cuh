@@ -261,6 +261,19 @@ typedef struct kmg_args
 	uint32_t   *wmask;			/* n: candidate centroids of each listed row */
 	int		   *wcount;			/* nblocks */
 
+	/*
+	 * The rows as bytes (assign/bytes.cu), set for a fit whose rows are all
+	 * integers in 0..255, unweighted l2, on the wide plan with k <= 15:
+	 * Xb n x xbs bytes (zeros past d), xbsq = sum |x|^2 over the rows
+	 * (exact), xblist its blocks' close calls (kmg_bytes_list_len slots);
+	 * its blocks' partial sums go to part.  Xb NULL: the
+	 * iterations run on the floats.
+	 */
+	const uint8_t *Xb;
+	int			xbs;
+	double		xbsq;
+	int32_t    *xblist;
+
 	/* the order-free inertia of the final pass (km_fixsum.h); UNSET: double sums */
 	int			ishift;
 

@@ -1,0 +1,1026 @@
+/*
+ * bytes.cu
+ *	  A fit's Lloyd iteration over rows whose every value is a byte (an
+ *	  integer in 0..255: images, quantised features), for unweighted l2 and
+ *	  k <= 15: the rows are kept a second time as bytes (kmg_bytes_rows, a
+ *	  quarter of their floats), the dots run on the integer tensor cores and
+ *	  the sums are integers, so the iteration reads a quarter of the bytes
+ *	  the wide pass does and adds nothing in floating point.
+ *
+ * Plain C reference: km_ref_assign and the sums of km_ref_lloyd
+ * (kernels/bench/ref_kmeans.c); bench_engine.cu's cases (Fashion-MNIST, and
+ * byte rows built to sit on and near the bisectors of close centroids)
+ * check whole fits against it and against the CPU engine bit for bit.
+ *
+ * Why the labels are exact.  A centroid c (floats in [0, 255]) is cut into
+ * two byte pieces, q = rint(256 c) = 256 hi + lo, so x.c is (256 x.hi +
+ * x.lo) / 256 within |x|_1 e_j (x >= 0), e_j = max |c - q / 256| <= 2^-9;
+ * the dots are exact int32 (m16n8k32 u8 mma).  A 16th centroid slot of
+ * ones gives each row's |x|_1.  A row takes its screened best where its
+ * best two lie more than 4 |x|_1 max e_j apart (plus a 1e-12 relative
+ * margin for the float64 evaluations, |x|^2 <= 255 |x|_1 standing for |x|^2).
+ * Any other row is listed, and after the block's tiles decided by a
+ * finer bound (four byte pieces, on the integer pipes) or, for ties and
+ * near-ties, by km_exact_cost's chains (kmg_exact_step_xd, ties to the
+ * lowest id): how every engine decides a close call
+ * (kmg_bytes_settle_listed).  A centroid outside [0, 255] (explicit
+ * starts) makes e_j infinite: every row is listed and chained.
+ *
+ * Why the sums are exact and order-free: a tile's clusters' 0/1 indicator
+ * times its rows on the same u8 mma gives int32 sums; each block writes
+ * its partial (plain stores), kmg_bytes_reduce_kernel adds them as
+ * integers; the means are then km_ddiv(sum, count) as in the CPU engine, so
+ * any row order or split gives the same bits.
+ *
+ * Why it is fast (Fashion-MNIST, 70000 x 784 x 10: 55 MB of bytes against
+ * 220 MB of floats; kernels/bench/NOTES.md, "Rows as bytes in the engine"):
+ *	- a block an SM, tiles of 128 rows double-buffered by cp.async; a warp's
+ *	  16 rows against 16 centroid slots x 2 pieces, fragments by ldmatrix;
+ *	- the sums' operand transposed 4 x 4 bytes at a time with prmt, in
+ *	  registers for the whole pass, then written once through shared memory;
+ *	- close calls (tens of rows an iteration on Fashion-MNIST) listed by
+ *	  their block and decided after its last tile, a warp a row, with the
+ *	  centroids' floats in the free tile buffer, on integer pipes where a
+ *	  bound suffices: on the H200 measured, one row's 784-step float64 chain
+ *	  takes about 15-30 us, and even its costs in parallel in float64 12.5 us;
+ *	- the end of the iteration in two more launches, each spread over many
+ *	  blocks: the partials' reduction (6 us) and kmg_finalize_spread (10 us;
+ *	  one block's finalize took 30-38 us at d = 784).
+ */
+#include "kmg_common.cuh"
+#include "kmg_device.cuh"
+#include "assign/assign.cuh"
+#include "update/update.cuh"
+
+#include <math.h>
+
+#define KMG_BYTES_NT 256
+#define KMG_BYTES_TR 128		/* rows a tile: 8 warps x 16 */
+#define KMG_BYTES_SLOTS 16		/* centroid slots; slot 15 is ones (|x|_1) */
+
+static_assert(KMG_BYTES_KMAX < KMG_BYTES_SLOTS, "slot 15 holds the ones");
+static_assert(KMG_BYTES_DPMAX % 16 == 0 && KMG_BYTES_DPMAX <= 32 * 32,
+			  "the sums' column chunks: 8 warps x 4 of 32 columns");
+
+/* ---- small device pieces ---- */
+
+/* c += a b: m16n8k32, unsigned bytes, int32 accumulators */
+static __device__ __forceinline__ void
+kmg_mma_u8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+				 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t
+kmg_prmt(uint32_t a, uint32_t b, uint32_t s)
+{
+	uint32_t	r;
+
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+	return r;
+}
+
+static __device__ __forceinline__ unsigned
+kmg_smem_addr(const void *p)
+{
+	return (unsigned) __cvta_generic_to_shared(p);
+}
+
+/* Shared memory of one block (bytes from the start), for row stride xbs. */
+typedef struct kmg_bytes_layout
+{
+	size_t		buf0;			/* TR x xbs + 32: a tile (+ the last ldmatrix's overrun) */
+	size_t		buf1;
+	size_t		cp;				/* 2 pieces x 16 slots x xbs + 32: hi, then lo */
+	size_t		lab;			/* TR ints: the tile's labels (-1: no row) */
+	size_t		cnt;			/* 16 ints */
+	size_t		cn;				/* 16 doubles: |c|^2, +INF past k */
+	size_t		total;
+} kmg_bytes_layout;
+
+static __host__ __device__ kmg_bytes_layout
+kmg_bytes_layout_of(int xbs)
+{
+	kmg_bytes_layout L;
+	size_t		o = 0;
+
+	L.buf0 = o;
+	o += (size_t) KMG_BYTES_TR * xbs + 32;
+	L.buf1 = o;
+	o += (size_t) KMG_BYTES_TR * xbs + 32;
+	L.cp = o;
+	o += (size_t) 2 * KMG_BYTES_SLOTS * xbs + 32;
+	L.lab = KMG_ROUND_UP(o, 16);
+	o = L.lab + KMG_BYTES_TR * sizeof(int);
+	L.cnt = o;
+	o += KMG_BYTES_SLOTS * sizeof(int);
+	L.cn = KMG_ROUND_UP(o, 16);
+	o = L.cn + KMG_BYTES_SLOTS * sizeof(double);
+	L.total = o;
+	return L;
+}
+
+/*
+ * Block b's partial in a.part (the wide plan's room, read as ints): k x xbs
+ * column sums, then k counts; after all blocks' partials, their estimates
+ * (doubles).  Each sum is at most 255 x the block's rows (< 2^31: the plan's
+ * limit on n).
+ */
+static __device__ __forceinline__ int *
+kmg_bytes_part(const kmg_args &a, int b)
+{
+	return reinterpret_cast<int *>(a.part) + (size_t) b * ((size_t) a.k * a.xbs + a.k);
+}
+
+static __device__ __forceinline__ double *
+kmg_bytes_est(const kmg_args &a, int nblocks)
+{
+	const size_t ints = (size_t) nblocks * ((size_t) a.k * a.xbs + a.k);
+
+	return reinterpret_cast<double *>(reinterpret_cast<int *>(a.part) + KMG_ROUND_UP(ints, 2));
+}
+
+/* ---- the copy of the rows ---- */
+
+/*
+ * Rows as bytes: Xb (n x xbs, zeros past d) from X (n x dp floats), a warp a
+ * row; out[0] counts the values that are not an integer in 0..255 (NaN
+ * included), out[1] adds sum |x|^2 over the rows (integers: order-free).
+ * out must be zero first.
+ */
+__global__ void __launch_bounds__(256)
+kmg_bytes_rows_kernel(const float *X, int64_t n, int d, int dp, uint8_t *Xb, int xbs,
+					  unsigned long long *out)
+{
+	const int	lane = threadIdx.x & 31;
+	const int64_t warps = (int64_t) gridDim.x * (blockDim.x >> 5);
+	unsigned long long bad = 0,
+				sq = 0;
+
+	for (int64_t r = (int64_t) blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < n; r += warps)
+	{
+		const float *x = X + (size_t) r * dp;
+		uint8_t    *xb = Xb + (size_t) r * xbs;
+
+		for (int c = lane; c < xbs; c += 32)
+		{
+			const float v = c < d ? x[c] : 0.0f;
+			const bool	ok = v >= 0.0f && v <= 255.0f && v == rintf(v);
+			const unsigned b = ok ? (unsigned) v : 0u;
+
+			bad += !ok;
+			sq += b * b;
+			xb[c] = (uint8_t) b;
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		bad += __shfl_xor_sync(0xffffffffu, bad, o);
+		sq += __shfl_xor_sync(0xffffffffu, sq, o);
+	}
+	if (lane == 0 && (bad != 0 || sq != 0))
+	{
+		atomicAdd(out, bad);
+		atomicAdd(out + 1, sq);
+	}
+}
+
+/* ---- the pass's stages ---- */
+
+/* The centroids' floats (k x dp, contiguous) into shared memory: one cp.async group. */
+static __device__ __forceinline__ void
+kmg_bytes_centroids_load(int tid, const kmg_args &a, float *sc)
+{
+	const int	n16 = a.k * a.dp / 4;
+
+	for (int i = tid; i < n16; i += KMG_BYTES_NT)
+		kmg_cp16(sc + 4 * i, a.C + 4 * i);
+	kmg_cp16_commit();
+}
+
+/*
+ * The centroids as the block uses them, from their floats in shared memory
+ * (sc): the two byte pieces of each value, four columns a thread (slot 15:
+ * ones in the hi piece), the largest piece error over the clusters
+ * (infinite where a value is outside [0, 255]), and |c|^2 in double as
+ * the end of the last iteration left it in a.cnorm (the fit is not
+ * centred).
+ */
+static __device__ __forceinline__ void
+kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t *cp, int *scnt,
+				   double *scn, float *s_emax)
+{
+	const int	d = a.d,
+				dp = a.dp,
+				k = a.k;
+	const int	lane = tid & 31;
+	const int	xq = xbs / 4;
+	float		err = 0.0f;
+
+	for (int i = tid; i < KMG_BYTES_SLOTS * xq; i += KMG_BYTES_NT)
+	{
+		const int	j = i / xq;
+		const int	col0 = 4 * (i - j * xq);
+		uint32_t	hi = 0,
+					lo = 0;
+
+		if (j == KMG_BYTES_SLOTS - 1)
+			hi = 0x01010101u;
+		else if (j < k)
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+			{
+				const int	col = col0 + u;
+
+				if (col < d)
+				{
+					const float c = sc[j * dp + col];
+
+					if (c >= 0.0f && c <= 255.0f)
+					{
+						const uint32_t q = (uint32_t) rintf(c * 256.0f);	/* c * 256: exact */
+
+						hi |= (q >> 8) << (8 * u);
+						lo |= (q & 255u) << (8 * u);
+						err = fmaxf(err, fabsf(c - (float) q * (1.0f / 256.0f)));
+					}
+					else
+						err = INFINITY;	/* NaN too: no certificate, every row settled */
+				}
+			}
+		reinterpret_cast<uint32_t *>(cp)[i] = hi;
+		reinterpret_cast<uint32_t *>(cp + KMG_BYTES_SLOTS * xbs)[i] = lo;
+	}
+	if (tid < 32)
+		cp[2 * KMG_BYTES_SLOTS * xbs + tid] = 0;
+	if (tid < KMG_BYTES_SLOTS)
+		scnt[tid] = 0;
+	if (tid == 0)
+		*s_emax = 0.0f;
+	/* |c|^2 as the end of the last iteration left it (finalize.cu, finalize_block.cuh) */
+	if (tid < KMG_BYTES_SLOTS)
+		scn[tid] = tid < k ? a.cnorm[tid] : INFINITY;
+	__syncthreads();
+	/* the errors are >= 0 (or +INF): their bits order as they do */
+	for (int o = 16; o > 0; o >>= 1)
+		err = fmaxf(err, __shfl_xor_sync(0xffffffffu, err, o));
+	if (lane == 0)
+		atomicMax((int *) s_emax, __float_as_int(err));
+	__syncthreads();
+}
+
+/* Tile t's rows into a buffer (cp.async, one commit group); rows past n are not copied. */
+static __device__ __forceinline__ void
+kmg_bytes_tile_load(const kmg_args &a, int xbs, uint8_t *buf, int64_t tile)
+{
+	const int64_t r0 = tile * KMG_BYTES_TR;
+	const int	rows = (int) (a.n - r0 < KMG_BYTES_TR ? a.n - r0 : KMG_BYTES_TR);
+	const int	nchunk = rows * (xbs / 16);
+	const uint8_t *src = a.Xb + (size_t) r0 * xbs;
+
+	for (int c = threadIdx.x; c < nchunk; c += KMG_BYTES_NT)
+		kmg_cp16(buf + 16 * c, src + 16 * c);
+	kmg_cp16_commit();
+}
+
+/*
+ * Lane j's part of a close call: km_exact_cost's chain of the row (bytes)
+ * against centroid j (floats, stride cs), both in shared memory, the next
+ * 16 values loaded ahead of the dependent adds; +INF where the lane has no
+ * candidate.
+ */
+static __device__ __forceinline__ double
+kmg_bytes_chain(const uint8_t *xrow, const float *sc, int cs, int dp, bool cand, int j)
+{
+	double		s = INFINITY;
+
+	if (cand)
+	{
+		const float4 *c4 = reinterpret_cast<const float4 *>(sc + (size_t) j * cs);
+		const int	q4 = dp / 4;
+		float4		ca[4],
+					cb[4];
+
+		s = 0.0;
+		kmg_load4_ahead(ca, c4, 0, q4);
+		/* columns past dp: zeros on both sides, which leave the sum as it is */
+		for (int q0 = 0; q0 < q4; q0 += 4)
+		{
+			const uint4 xb = *reinterpret_cast<const uint4 *>(xrow + 4 * q0);
+			const uint32_t xw[4] = {xb.x, xb.y, xb.z, xb.w};
+
+			kmg_load4_ahead(cb, c4, q0 + 4, q4);
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+			{
+				kmg_exact_step_xd(s, (double) (xw[u] & 255u), ca[u].x, 0);
+				kmg_exact_step_xd(s, (double) ((xw[u] >> 8) & 255u), ca[u].y, 0);
+				kmg_exact_step_xd(s, (double) ((xw[u] >> 16) & 255u), ca[u].z, 0);
+				kmg_exact_step_xd(s, (double) (xw[u] >> 24), ca[u].w, 0);
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				ca[u] = cb[u];
+		}
+	}
+	return s;
+}
+
+/*
+ * The block's listed rows (close calls), after its last tile, a warp a row:
+ * the centroids' floats and the warp's row in the free tile buffer.
+ *
+ * First every cost to within a bound, on the integer pipes: with c in
+ * [0, 255], q = rint(2^24 c) < 2^32 is c's value to 2^-25 (exactly where c
+ * >= 1/2), and x.q is exact as four byte planes of q (dp4a, int32, then
+ * int64); so v_j = |x|^2 + |c_j|^2 - 2 x.q_j / 2^24 is within B = |x|_1
+ * 2^-24 + 2 10^-13 (|x|^2 + |c_j|^2 + 2 x.c_j) of the exact cost (|c|^2 a
+ * double sum of d exact squares, d <= 800; v's own two roundings), and
+ * km_exact_cost's chain within g = (d +
+ * 2) u 1.01 of it (terms >= 0, u = 2^-53).  Where the best two v are more
+ * than 2 B + g (v1 + v2 + 2 B) apart, the chain picks the same best.
+ * Otherwise (ties, near-ties), or where a centroid lies outside [0, 255]
+ * (no pieces), the chains run for the centroids within that margin of the
+ * best (all of them), one a lane, the least with ties to the lowest id.
+ * The label is written and counted here; the row's bytes go into the block's
+ * partial later.  (Double arithmetic for the bound's values would cost
+ * more: one row's parallel double costs took 12.5 us on an H200.)
+ */
+static __device__ __forceinline__ void
+kmg_bytes_settle_listed(int tid, int lane, int warp, const kmg_args &a, const int32_t *list, int nl,
+						uint8_t *room, const double *scn, bool pieces, int *scnt, int &moved,
+						int &nexact)
+{
+	const int	d = a.d,
+				dp = a.dp,
+				k = a.k,
+				xbs = a.xbs;
+	const int	cs = dp + 4;	/* 16-byte rows; the chains' lanes j and j + 8 share banks */
+	float	   *sc = (float *) room;	/* k x cs */
+	uint8_t    *sx = room + (size_t) k * cs * sizeof(float) + (size_t) warp * xbs;	/* a row a warp */
+	const double g = (double) (d + 2) * 1.1102230246251565e-16 * 1.01;
+
+	for (int i = tid; i < k * (dp / 4); i += KMG_BYTES_NT)
+	{
+		const int	j = i / (dp / 4);
+		const int	q = i - j * (dp / 4);
+
+		reinterpret_cast<float4 *>(sc + (size_t) j * cs)[q] =
+			reinterpret_cast<const float4 *>(a.C + (size_t) j * dp)[q];
+	}
+	__syncthreads();
+	for (int p = warp; p < nl; p += KMG_BYTES_NT / 32)
+	{
+		const int32_t row = list[p];
+
+		for (int c = 16 * lane; c < xbs; c += 16 * 32)
+			*reinterpret_cast<uint4 *>(sx + c) = *reinterpret_cast<const uint4 *>(a.Xb + (size_t) row * xbs + c);
+		__syncwarp();
+
+		/* x.q_j (four byte planes), |x|^2 and |x|_1: integers, so any order */
+		long long	xq[KMG_BYTES_KMAX];
+		unsigned	xx = 0,
+					l1 = 0;
+
+#pragma unroll
+		for (int j = 0; j < KMG_BYTES_KMAX; j++)
+			xq[j] = 0;
+		if (pieces)
+			for (int q = lane; q < dp / 4; q += 32)
+			{
+				const unsigned xw = *reinterpret_cast<const unsigned *>(sx + 4 * q);
+
+				xx = __dp4a(xw, xw, xx);
+				l1 = __dp4a(xw, 0x01010101u, l1);
+#pragma unroll
+				for (int j = 0; j < KMG_BYTES_KMAX; j++)
+					if (j < k)
+					{
+						const float4 c = *reinterpret_cast<const float4 *>(sc + j * cs + 4 * q);
+						const unsigned q0 = (unsigned) rintf(c.x * 16777216.0f),	/* 2^24 c: exact scaling */
+									q1 = (unsigned) rintf(c.y * 16777216.0f),
+									q2 = (unsigned) rintf(c.z * 16777216.0f),
+									q3 = (unsigned) rintf(c.w * 16777216.0f);
+						long long	v = 0;
+
+#pragma unroll
+						for (int m = 3; m >= 0; m--)
+						{
+							const unsigned sel = (unsigned) m | (unsigned) (4 + m) << 4;
+							const unsigned plane = __byte_perm(__byte_perm(q0, q1, sel), __byte_perm(q2, q3, sel), 0x5410);
+
+							v = v * 256 + (long long) __dp4a(xw, plane, 0u);
+						}
+						xq[j] += v;
+					}
+			}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			xx += __shfl_xor_sync(0xffffffffu, xx, o);
+			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+#pragma unroll
+			for (int j = 0; j < KMG_BYTES_KMAX; j++)
+				xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
+		}
+
+		/* the best two, the bound, and the lane's own value */
+		double		v1 = INFINITY,
+					v2 = INFINITY,
+					bmax = 0.0,
+					mine = INFINITY;
+		int			i1 = 0;
+
+#pragma unroll
+		for (int j = 0; j < KMG_BYTES_KMAX; j++)
+			if (j < k)
+			{
+				const double xc = (double) xq[j] * (1.0 / 16777216.0);	/* exact: < 2^53 */
+				const double v = (double) xx + scn[j] - 2.0 * xc;
+				const double b = (double) l1 * (1.0 / 16777216.0) + 2e-13 * ((double) xx + scn[j] + 2.0 * xc);
+
+				bmax = fmax(bmax, b);
+				if (v < v1)
+				{
+					v2 = v1;
+					v1 = v;
+					i1 = j;
+				}
+				else
+					v2 = fmin(v2, v);
+				if (j == lane)
+					mine = v;
+			}
+
+		int			lab = i1;
+
+		if (!pieces || !(v2 - v1 > 2.0 * bmax + g * (v1 + v2 + 2.0 * bmax) + 1e-9))
+		{
+			/* the chains of the centroids within the margin of the best */
+			const bool	cand = lane < k &&
+				(!pieces || !(mine - v1 > 2.0 * bmax + g * (mine + v1 + 2.0 * bmax) + 1e-9));
+			double		cost = kmg_bytes_chain(sx, sc, cs, dp, cand, lane);
+			int			bj = lane;
+
+			kmg_warp_argmin<32>(cost, bj);
+			lab = bj;
+		}
+		if (lane == 0)
+		{
+			if (a.labels[row] != lab)
+			{
+				moved++;
+				a.labels[row] = lab;
+			}
+			atomicAdd(&scnt[lab], 1);
+			nexact++;
+		}
+		__syncwarp();			/* the row's room is free again */
+	}
+}
+
+/*
+ * The pass (see the file header); MODE_ITER only (a fit's labels-only
+ * passes run the wide pass on the floats).  Per tile: the dots and each
+ * row's screened best two, the certificate, the close calls settled, then
+ * the indicator-times-rows sums; at the end the block's sums, counts and
+ * estimate out, and in the last block the cluster sums and the end of the
+ * iteration.
+ */
+__global__ void __launch_bounds__(KMG_BYTES_NT, 1)
+kmg_bytes_kernel(kmg_args a)
+{
+	extern __shared__ __align__(16) uint8_t kmg_bsmem[];
+	const int	xbs = a.xbs;
+	const kmg_bytes_layout L = kmg_bytes_layout_of(xbs);
+	uint8_t    *const buf0 = kmg_bsmem + L.buf0,	/* two names, not an array: no local memory */
+			   *const buf1 = kmg_bsmem + L.buf1;
+	uint8_t    *const cp = kmg_bsmem + L.cp;
+	int		   *const slab = (int *) (kmg_bsmem + L.lab);
+	int		   *const scnt = (int *) (kmg_bsmem + L.cnt);
+	double	   *const scn = (double *) (kmg_bsmem + L.cn);
+	__shared__ float s_emax;
+	__shared__ double s_est[KMG_BYTES_NT / 32];
+	__shared__ int s_nl;
+	const int	tid = threadIdx.x,
+				lane = tid & 31,
+				warp = tid >> 5,
+				g = lane >> 2,
+				t = lane & 3;
+	const int	d = a.d,
+				k = a.k;
+	const int	ks_n = (xbs + 31) / 32;	/* k-steps of 32 columns */
+	const bool	half_last = xbs % 32 != 0;	/* the last one has 16 */
+	const int	nch = (xbs + 31) / 32;	/* the sums' column chunks */
+	const int64_t ntiles = (a.n + KMG_BYTES_TR - 1) / KMG_BYTES_TR;
+
+	/* the block's close calls: a slot for each row it reads */
+	int32_t    *const list = a.xblist + (size_t) blockIdx.x *
+		(size_t) ((ntiles + gridDim.x - 1) / gridDim.x) * KMG_BYTES_TR;
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	/* the centroids' floats into the second buffer, then the first tile, in flight together */
+	kmg_bytes_centroids_load(tid, a, (float *) buf1);
+	if (blockIdx.x < ntiles)
+	{
+		kmg_bytes_tile_load(a, xbs, buf0, blockIdx.x);
+		kmg_cp16_wait<1>();
+	}
+	else
+		kmg_cp16_wait<0>();
+	if (tid == 0)
+		s_nl = 0;
+	__syncthreads();			/* the centroids are in place */
+	kmg_bytes_prologue(tid, a, xbs, (const float *) buf1, cp, scnt, scn, &s_emax);
+
+	const double emax4 = 4.0 * (double) s_emax * (1.0 + 1e-6);
+	int			acc2[4][4][4] = {};	/* sums: chunk slot, n-tile, fragment */
+	int			moved = 0,
+				nexact = 0;
+	double		est = 0.0;
+
+	for (int64_t tile = blockIdx.x, it = 0; tile < ntiles; tile += gridDim.x, it++)
+	{
+		uint8_t    *cur = (it & 1) ? buf1 : buf0;
+		const int64_t r0 = tile * KMG_BYTES_TR;
+		const int	rows = (int) (a.n - r0 < KMG_BYTES_TR ? a.n - r0 : KMG_BYTES_TR);
+		int			pold[2] = {-1, -1};
+
+		/* the labels before, read while the tile lands */
+		if (t == 0)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+			{
+				const int	rl = 16 * warp + g + 8 * h;
+
+				if (rl < rows)
+					pold[h] = a.labels[r0 + rl];
+			}
+		__syncthreads();		/* the other buffer's tile is done with */
+		if (tile + gridDim.x < ntiles)
+		{
+			kmg_bytes_tile_load(a, xbs, (it & 1) ? buf0 : buf1, tile + gridDim.x);
+			kmg_cp16_wait<1>();
+		}
+		else
+			kmg_cp16_wait<0>();
+		__syncthreads();		/* this tile is in place for every thread */
+
+		/* the dots: warp w, rows 16 w .. 16 w + 15 x 2 n-tiles of slots x 2 pieces */
+		{
+			int			acc[2][2][4] = {};	/* n-tile, piece, fragment */
+			/* ldmatrix: lane i gives row i % 8 of matrix i / 8 */
+			const int	q = lane >> 3,
+						rr = lane & 7;
+			const unsigned xa = kmg_smem_addr(cur + (size_t) (16 * warp + rr + 8 * (q & 1)) * xbs + 16 * (q >> 1));
+			const unsigned cb0 = kmg_smem_addr(cp + (size_t) (8 * (q >> 1) + rr) * xbs + 16 * (q & 1));
+			const unsigned cb1 = cb0 + KMG_BYTES_SLOTS * xbs;
+
+#pragma unroll 4
+			for (int ks = 0; ks < ks_n; ks++)
+			{
+				uint32_t	af[4],
+							b0[4],
+							b1[4];
+
+				kmg_ldsm4(af, xa + 32 * ks);
+				kmg_ldsm4(b0, cb0 + 32 * ks);
+				kmg_ldsm4(b1, cb1 + 32 * ks);
+				if (half_last && ks == ks_n - 1)
+					af[2] = af[3] = 0u;	/* columns xbs .. xbs + 15: none */
+				kmg_mma_u8(acc[0][0], af, b0[0], b0[1]);
+				kmg_mma_u8(acc[1][0], af, b0[2], b0[3]);
+				kmg_mma_u8(acc[0][1], af, b1[0], b1[1]);
+				kmg_mma_u8(acc[1][1], af, b1[2], b1[3]);
+			}
+
+			/* rows g (h 0) and g + 8 (h 1) x slots 8 n + 2 t + e */
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+			{
+				double		b1 = INFINITY,
+							b2 = INFINITY;
+				int			i1 = 1 << 30;
+				/* slot 15 (n 1, t 3, e 1): the hi piece is ones, so its dot is |x|_1 */
+				const int	l1 = __shfl_sync(0xffffffffu, acc[1][0][2 * h + 1], (lane & ~3) | 3);
+
+#pragma unroll
+				for (int n = 0; n < 2; n++)
+#pragma unroll
+					for (int e = 0; e < 2; e++)
+					{
+						const int	j = 8 * n + 2 * t + e;
+						/* 256 x.c ~ 256 x.hi + x.lo: an exact integer in double */
+						const double dot = 256.0 * (double) acc[n][0][2 * h + e] + (double) acc[n][1][2 * h + e];
+						const double v = scn[j] - dot * (1.0 / 128.0);
+
+						if (j < k)
+						{
+							if (KMG_BEFORE(v, j, b1, i1))
+							{
+								b2 = b1;
+								b1 = v;
+								i1 = j;
+							}
+							else
+								b2 = fmin(b2, v);
+						}
+					}
+#pragma unroll
+				for (int o = 1; o <= 2; o <<= 1)
+				{
+					const double ob1 = __shfl_xor_sync(0xffffffffu, b1, o),
+								ob2 = __shfl_xor_sync(0xffffffffu, b2, o);
+					const int	oi1 = __shfl_xor_sync(0xffffffffu, i1, o);
+
+					if (KMG_BEFORE(ob1, oi1, b1, i1))
+					{
+						b2 = fmin(b1, ob2);
+						b1 = ob1;
+						i1 = oi1;
+					}
+					else
+						b2 = fmin(b2, ob1);
+				}
+
+				const int	rl = 16 * warp + g + 8 * h;
+
+				if (t == 0)
+				{
+					int			lab = -1;
+
+					if (rl < rows)
+					{
+						/*
+						 * each screened value is within 2 |x|_1 e_j of the true
+						 * |c|^2 - 2 x.c, a pair within 4 |x|_1 emax; the float64
+						 * evaluations (here and km_exact_cost's) add a relative
+						 * 1e-12 of the costs (|x|^2 <= 255 |x|_1)
+						 */
+						const double xxb = 255.0 * (double) l1;
+						const double slack = emax4 * (double) l1 +
+							1e-12 * (fabs(b1) + fabs(b2) + 2.0 * xxb) + 1e-9;
+
+						est += b1;
+						if (b2 - b1 > slack)
+						{
+							lab = i1;
+							if (pold[h] != lab)
+							{
+								moved++;
+								a.labels[r0 + rl] = lab;
+							}
+							atomicAdd(&scnt[lab], 1);
+						}
+						else
+							list[atomicAdd(&s_nl, 1)] = (int32_t) (r0 + rl);	/* settled after the tiles */
+					}
+					slab[rl] = lab;	/* -1: in no cluster's sums yet */
+				}
+			}
+		}
+
+		__syncthreads();		/* the tile's labels are in place */
+
+		/*
+		 * The sums: clusters (M 16) x rows (K 32) indicator times rows x columns
+		 * (N 8): warp w takes the column chunks w, w + 8, w + 16, w + 24 (32
+		 * columns each: lane g's four columns 4 g .. 4 g + 3 are n-tiles 0..3);
+		 * lane t's K elements 4 t + r are the rows 2 t + 8 r, its K elements
+		 * 16 + 4 t + r the rows 2 t + 8 r + 1 (at 784 bytes a row, no bank
+		 * conflicts).  Columns past xbs read the next row's bytes (or the
+		 * buffer's last 32) and are never written out.
+		 */
+#pragma unroll
+		for (int kk = 0; kk < KMG_BYTES_TR / 32; kk++)
+		{
+			uint32_t	af[4];
+			int			lb0[4],
+						lb1[4];
+
+#pragma unroll
+			for (int r = 0; r < 4; r++)
+			{
+				lb0[r] = slab[32 * kk + 2 * t + 8 * r];
+				lb1[r] = slab[32 * kk + 2 * t + 8 * r + 1];
+			}
+			af[0] = af[1] = af[2] = af[3] = 0u;
+#pragma unroll
+			for (int r = 0; r < 4; r++)
+			{
+				af[0] |= (uint32_t) (lb0[r] == g) << (8 * r);
+				af[1] |= (uint32_t) (lb0[r] == g + 8) << (8 * r);
+				af[2] |= (uint32_t) (lb1[r] == g) << (8 * r);
+				af[3] |= (uint32_t) (lb1[r] == g + 8) << (8 * r);
+			}
+#pragma unroll
+			for (int s = 0; s < 4; s++)
+			{
+				const int	ch = warp + 8 * s;
+
+				if (ch >= nch)
+					continue;
+
+				const uint8_t *xb = cur + (size_t) (32 * kk + 2 * t) * xbs + 32 * ch + 4 * g;
+				uint32_t	w0[4],
+							w1[4];
+
+#pragma unroll
+				for (int r = 0; r < 4; r++)
+				{
+					w0[r] = *(const uint32_t *) (xb + (size_t) (8 * r) * xbs);
+					w1[r] = *(const uint32_t *) (xb + (size_t) (8 * r + 1) * xbs);
+				}
+
+				/* 4 x 4 byte transposes: column 4 g + j of the four rows */
+				const uint32_t lo01 = kmg_prmt(w0[0], w0[1], 0x5140),
+							lo23 = kmg_prmt(w0[2], w0[3], 0x5140),
+							hi01 = kmg_prmt(w0[0], w0[1], 0x7362),
+							hi23 = kmg_prmt(w0[2], w0[3], 0x7362);
+				const uint32_t mlo01 = kmg_prmt(w1[0], w1[1], 0x5140),
+							mlo23 = kmg_prmt(w1[2], w1[3], 0x5140),
+							mhi01 = kmg_prmt(w1[0], w1[1], 0x7362),
+							mhi23 = kmg_prmt(w1[2], w1[3], 0x7362);
+
+				kmg_mma_u8(acc2[s][0], af, kmg_prmt(lo01, lo23, 0x5410), kmg_prmt(mlo01, mlo23, 0x5410));
+				kmg_mma_u8(acc2[s][1], af, kmg_prmt(lo01, lo23, 0x7632), kmg_prmt(mlo01, mlo23, 0x7632));
+				kmg_mma_u8(acc2[s][2], af, kmg_prmt(hi01, hi23, 0x5410), kmg_prmt(mhi01, mhi23, 0x5410));
+				kmg_mma_u8(acc2[s][3], af, kmg_prmt(hi01, hi23, 0x7632), kmg_prmt(mhi01, mhi23, 0x7632));
+			}
+		}
+	}
+
+	/*
+	 * The block's partial: the warps' accumulators to shared memory (the
+	 * first tile buffer: every copy has landed and been used), C[m][nn] of
+	 * chunk ch, n-tile j being cluster m, column 32 ch + 4 nn + j; the listed
+	 * rows' bytes added; then out with plain coalesced stores (integers: the
+	 * reduction may add them in any order).
+	 */
+	kmg_cp16_wait<0>();
+	__syncthreads();
+
+	const int	nl = s_nl;
+
+	if (nl > 0)
+	{
+		kmg_bytes_settle_listed(tid, lane, warp, a, list, nl, buf1, scn, s_emax < INFINITY, scnt, moved,
+								nexact);
+		__syncthreads();		/* their labels are written */
+	}
+	{
+		int		   *ssum = (int *) buf0;	/* 16 x xbs */
+		int		   *out = kmg_bytes_part(a, blockIdx.x);
+
+#pragma unroll
+		for (int s = 0; s < 4; s++)
+		{
+			const int	ch = warp + 8 * s;
+
+			if (ch >= nch)
+				continue;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+				{
+					const int	m = g + 8 * (e >> 1);
+					const int	col = 32 * ch + 4 * (2 * t + (e & 1)) + j;
+
+					if (col < xbs)
+						ssum[m * xbs + col] = acc2[s][j][e];
+				}
+		}
+		__syncthreads();
+		/* the listed rows' bytes, a row at a time (a thread a column: no two add into one cell) */
+		for (int i = 0; i < nl; i++)
+		{
+			const int32_t row = list[i];
+			const int	lab = a.labels[row];
+			const uint8_t *x = a.Xb + (size_t) row * xbs;
+
+			for (int c = tid; c < d; c += KMG_BYTES_NT)
+				ssum[lab * xbs + c] += x[c];
+		}
+		__syncthreads();
+		for (int c = tid; c < k * xbs; c += KMG_BYTES_NT)
+			out[c] = ssum[c];
+		if (tid < k)
+			out[k * xbs + tid] = scnt[tid];
+	}
+
+	/* the block's estimate into its slot (warps in order), its counts into the control block */
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		est += __shfl_xor_sync(0xffffffffu, est, o);
+		moved += __shfl_xor_sync(0xffffffffu, moved, o);
+		nexact += __shfl_xor_sync(0xffffffffu, nexact, o);
+	}
+	if (lane == 0)
+	{
+		s_est[warp] = est;
+		if (moved != 0)
+			atomicAdd(&a.ctl->moved, moved);
+		if (nexact != 0)
+			atomicAdd(&a.ctl->namb, nexact);
+	}
+	__syncthreads();
+	if (tid == 0)
+	{
+		double		e = s_est[0];
+
+		for (int w = 1; w < KMG_BYTES_NT / 32; w++)
+			e += s_est[w];
+		kmg_bytes_est(a, gridDim.x)[blockIdx.x] = e;
+	}
+}
+
+/*
+ * The cluster sums from the blocks' partials (integers, exact in any
+ * order) into a.clus: 32 columns of cluster blockIdx.y a block, each
+ * column's blocks split into 8 slices (b = slice, slice + 8, ...) summed by
+ * the 8 warps, then the slices added (about 17 loads a thread, all in
+ * flight, instead of the 132 of a thread a column); column dp is the
+ * cluster's count (w and count, and ctl->nempty counted); block (0, 0)
+ * also the estimate (the blocks' slots in a fixed tree, plus sum |x|^2;
+ * cluster 0's slot).  The end of the iteration is then
+ * kmg_finalize_spread's (update/finalize.cu), which reads these.  (The
+ * means and decisions in this kernel's last block instead took as long:
+ * 15.9 against 6.0 + 10.1 us, NOTES.md.)
+ */
+#define KMG_BYTES_RED_NT 256
+
+__global__ void __launch_bounds__(KMG_BYTES_RED_NT)
+kmg_bytes_reduce_kernel(kmg_args a, int nblocks)
+{
+	__shared__ long long sred[KMG_BYTES_RED_NT / 32][32];
+	__shared__ double s_est[KMG_BYTES_RED_NT / 32];
+	const int	j = blockIdx.y;
+	const int	lane = threadIdx.x & 31,
+				slice = threadIdx.x >> 5;
+	const int	col = blockIdx.x * 32 + lane;
+	const int	dp = a.dp,
+				k = a.k,
+				xbs = a.xbs;
+	const int	cw = KMG_CW(dp);
+	const size_t stride = (size_t) k * xbs + k;
+	const int  *p0 = kmg_bytes_part(a, 0);
+
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+		return;
+	{
+		/* column dp: the cluster's count */
+		const size_t cell = col < dp ? (size_t) j * xbs + col : (size_t) k * xbs + j;
+		long long	s = 0;
+
+		if (col <= dp)
+#pragma unroll 8
+			for (int b = slice; b < nblocks; b += KMG_BYTES_RED_NT / 32)
+				s += p0[(size_t) b * stride + cell];
+		sred[slice][lane] = s;
+	}
+	if (blockIdx.x == 0 && blockIdx.y == 0)
+	{
+		/* the estimate: each lane of a warp a stride of blocks, then a fixed tree */
+		const double *e = kmg_bytes_est(a, nblocks);
+		double		est = 0.0;
+
+		for (int b = threadIdx.x; b < nblocks; b += KMG_BYTES_RED_NT)
+			est += e[b];
+		for (int o = 16; o > 0; o >>= 1)
+			est += __shfl_xor_sync(0xffffffffu, est, o);
+		if (lane == 0)
+			s_est[slice] = est;
+	}
+	__syncthreads();
+	if (slice == 0 && col <= dp)
+	{
+		long long	s = sred[0][lane];
+		double	   *cl = a.clus + (size_t) j * cw;
+
+		for (int sl = 1; sl < KMG_BYTES_RED_NT / 32; sl++)
+			s += sred[sl][lane];
+		if (col < dp)
+			cl[col] = (double) s;
+		else
+		{
+			/* w and count; ctl->nempty is zero until an iteration ends (kmg_fin_decide) */
+			cl[dp] = (double) s;
+			cl[dp + 1] = (double) s;
+			cl[dp + 3] = 0.0;
+			if (s == 0)
+				atomicAdd(&a.ctl->nempty, 1);
+		}
+	}
+	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < k)
+	{
+		double		est = 0.0;
+
+		if (threadIdx.x == 0)
+		{
+			est = s_est[0];
+			for (int w = 1; w < KMG_BYTES_RED_NT / 32; w++)
+				est += s_est[w];
+			est += a.xbsq;
+		}
+		a.clus[(size_t) threadIdx.x * cw + dp + 2] = est;
+	}
+}
+
+/* ---- host ---- */
+
+/* Bytes of a row of the byte copy (16-byte aligned rows), and the shared memory of the pass. */
+int
+kmg_bytes_stride(int d)
+{
+	return KMG_ROUND_UP(d, 16);
+}
+
+size_t
+kmg_bytes_smem(int d)
+{
+	return kmg_bytes_layout_of(kmg_bytes_stride(d)).total;
+}
+
+/*
+ * Slots of a->xblist for n rows on at most nblocks blocks: block b lists
+ * from b x (its most tiles) x 128, so the blocks' last tiles may reach past
+ * n by a tile each.
+ */
+size_t
+kmg_bytes_list_len(int64_t n, int nblocks)
+{
+	return (size_t) n + (size_t) KMG_BYTES_TR * ((size_t) nblocks + 1);
+}
+
+/*
+ * The byte copy of n rows and whether it is exact: returns the count of
+ * values that are not bytes in *nbad and sum |x|^2 in *sumsq (synchronises
+ * the stream).  scratch: 2 words of device memory.
+ */
+cudaError_t
+kmg_bytes_rows(const float *X, int64_t n, int d, int dp, uint8_t *Xb, unsigned long long *scratch,
+			   int sms, unsigned long long *nbad, double *sumsq, cudaStream_t stream)
+{
+	unsigned long long h[2];
+	const int64_t want = (n + 7) / 8;
+	const int	blocks = (int) (want < (int64_t) sms * 8 ? (want > 0 ? want : 1) : (int64_t) sms * 8);
+	cudaError_t e;
+
+	if ((e = cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), stream)) != cudaSuccess)
+		return e;
+	kmg_bytes_rows_kernel<<<blocks, 256, 0, stream>>>(X, n, d, dp, Xb, kmg_bytes_stride(d), scratch);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+		(e = cudaMemcpyAsync(h, scratch, sizeof(h), cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+		(e = cudaStreamSynchronize(stream)) != cudaSuccess)
+		return e;
+	*nbad = h[0];
+	*sumsq = (double) h[1];		/* < 2^53 for any n a device holds: exact */
+	return cudaSuccess;
+}
+
+/* Once per call: the pass's shared memory limit (its grid is one block an SM). */
+cudaError_t
+kmg_bytes_prepare(int d)
+{
+	return cudaFuncSetAttribute((const void *) kmg_bytes_kernel,
+								cudaFuncAttributeMaxDynamicSharedMemorySize, (int) kmg_bytes_smem(d));
+}
+
+/* The pass's rows a block at most: its integer sums stay below 2^31 (255 x rows). */
+int64_t
+kmg_bytes_nmax(int sms)
+{
+	return ((int64_t) INT32_MAX / 255 / KMG_BYTES_TR - 1) * KMG_BYTES_TR * sms;
+}
+
+/*
+ * One Lloyd iteration on the byte rows, three launches: the pass (labels,
+ * the blocks' partials), their reduction into a->clus, and the end of the
+ * iteration spread over the clusters (update/finalize.cu).  a->Xb, a->xbs,
+ * a->xbsq and a->xblist set; nblocks at most a->nblocks (the partials and
+ * estimates fit a->part, laid out for the wide pass's doubles).
+ */
+cudaError_t
+kmg_bytes_launch(const kmg_args *a, int nblocks, cudaStream_t stream)
+{
+	const size_t part_bytes = (size_t) a->nblocks * a->k * KMG_CW(a->dp) * sizeof(double);
+	const size_t need = KMG_ROUND_UP((size_t) nblocks * ((size_t) a->k * a->xbs + a->k), 2) * sizeof(int) +
+		(size_t) nblocks * sizeof(double);
+	cudaError_t e;
+
+	if (a->Xb == NULL || a->xblist == NULL || a->W != NULL || a->cosine || a->k > KMG_BYTES_KMAX ||
+		a->xbs != kmg_bytes_stride(a->d) || nblocks < 1 || nblocks > a->nblocks || need > part_bytes ||
+		a->n > kmg_bytes_nmax(nblocks))
+		return cudaErrorInvalidValue;
+	kmg_bytes_kernel<<<nblocks, KMG_BYTES_NT, kmg_bytes_smem(a->d), stream>>>(*a);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	kmg_bytes_reduce_kernel<<<dim3((a->dp + 1 + 31) / 32, a->k), KMG_BYTES_RED_NT, 0, stream>>>(*a, nblocks);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	return kmg_finalize_spread(a, KMG_FIN_ITER, stream);
+}
