@@ -158,8 +158,59 @@ fashion_rows(int64_t *n_out)
 }
 
 /*
+ * Rows of bytes built for the byte pass's certificate (assign/bytes.cu): k
+ * centres of even values in 40..214, centre 2m + 1 that of 2m moved by 2
+ * in three columns (close pairs); rows: 35 % a centre, 30 % the midpoint of
+ * a pair (integers, at equal distance from both), 25 % a centre plus noise
+ * in -3..3, 10 % values 0 or 255 only; and the rows explicit starts take,
+ * (j 7919) % n, are the centres, so the first pass meets exact ties.
+ */
+static void
+generate_bytes(float *x, int64_t n, int d, int k, uint64_t seed)
+{
+	std::vector<int> cb((size_t) k * d);
+	uint64_t	s = mix(seed) | 1;
+
+	for (int j = 0; j < k; j++)
+	{
+		for (int i = 0; i < d; i++)
+			cb[(size_t) j * d + i] = j % 2 == 1 ? cb[(size_t) (j - 1) * d + i]
+				: 40 + 2 * (int) (rng_next(&s) % 88);
+		if (j % 2 == 1)
+			for (int m = 0; m < 3; m++)
+			{
+				int		   &v = cb[(size_t) j * d + rng_next(&s) % d];
+
+				v = v > 210 ? v - 2 : v + 2;
+			}
+	}
+	for (int64_t r = 0; r < n; r++)
+	{
+		float	   *row = x + (size_t) r * d;
+		const double u = rng_uniform(&s);
+		const int	c = (int) (rng_next(&s) % k);
+		const int	c2 = (c ^ 1) < k ? c ^ 1 : c;
+
+		for (int i = 0; i < d; i++)
+		{
+			const int	a = cb[(size_t) c * d + i];
+			int			v = u < 0.35 ? a
+				: u < 0.65 ? (a + cb[(size_t) c2 * d + i]) / 2
+				: u < 0.9 ? a + (int) (rng_next(&s) % 7) - 3
+				: (rng_next(&s) & 1) ? 255 : 0;
+
+			row[i] = (float) v;
+		}
+	}
+	for (int j = 0; j < k; j++)
+		for (int i = 0; i < d; i++)
+			x[(size_t) ((j * 7919) % n) * d + i] = (float) cb[(size_t) j * d + i];
+}
+
+/*
  * kind 0: blobs around 2k centres plus 10% noise; 1: uniform [0,1); 2: few
- * distinct rows; 4: Fashion-MNIST (d must be 784; the first n images)
+ * distinct rows; 4: Fashion-MNIST (d must be 784; the first n images); 6:
+ * bytes at and near the bisectors of close centres (generate_bytes)
  */
 static float *
 generate(int64_t n, int d, int k, uint64_t seed, int kind)
@@ -169,6 +220,11 @@ generate(int64_t n, int d, int k, uint64_t seed, int kind)
 	float	   *x = (float *) malloc(sizeof(float) * (size_t) n * d);
 	uint64_t	s = mix(seed) | 1;
 
+	if (kind == 6)
+	{
+		generate_bytes(x, n, d, k, seed);
+		return x;
+	}
 	if (kind == 4)
 	{
 		int64_t		nf = 0;
@@ -335,7 +391,9 @@ typedef struct vcase
 	int			max_iter;
 	double		tol;
 	int			n_init;
-	int			kind;			/* data kind; 3: blobs and far explicit init (empties) */
+	int			kind;			/* data kind; 3: blobs and far explicit init (empties);
+								 * 5: blobs + 1000; 6: bytes (generate_bytes); 7: bytes
+								 * and far explicit init */
 	uint64_t	seed;
 } vcase;
 
@@ -345,7 +403,7 @@ run_case(const vcase *c)
 	const int64_t n = c->n;
 	const int	d = c->d,
 				k = c->k;
-	float	   *x = generate(n, d, k, c->seed, c->kind == 3 || c->kind == 5 ? 0 : c->kind);
+	float	   *x = generate(n, d, k, c->seed, c->kind == 3 || c->kind == 5 ? 0 : c->kind == 7 ? 6 : c->kind);
 	float	   *w = c->weighted ? gen_weights(n, c->seed, c->weighted == 2) : NULL;
 	float	   *init = NULL;
 	km_chunk	chunks[3];
@@ -383,7 +441,7 @@ run_case(const vcase *c)
 		init = (float *) malloc(sizeof(float) * k * d);
 		for (int j = 0; j < k; j++)
 			for (int i = 0; i < d; i++)
-				init[(size_t) j * d + i] = c->kind == 3 && j % 3 == 1
+				init[(size_t) j * d + i] = (c->kind == 3 || c->kind == 7) && j % 3 == 1
 					? 1000.0f + (float) j
 					: x[(size_t) ((j * 7919) % n) * d + i];
 		p.init_centroids = init;
@@ -1238,6 +1296,13 @@ static std::vector<vcase> cases = {
 		/* the screen with bounds and running sums through re-seeds (update/running.cu rebuilds) */
 		{"d=40 k=64 empties (far init) bounds", 30000, 40, 64, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 40, 0.0, 1, 3, 33},
 		{"d=40 k=64 empties weights0 bounds", 30000, 40, 64, KM_METRIC_L2, 2, KM_INIT_EXPLICIT, 40, 0.0, 1, 3, 34},
+		/* rows of bytes (assign/bytes.cu): ties at the start, close pairs, centroids outside 0..255 */
+		{"bytes d=200 k=15 ties", 30000, 200, 15, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 40, 0.0, 1, 6, 35},
+		{"bytes d=130 k=9 far init", 20000, 130, 9, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 40, 0.0, 1, 7, 36},
+		{"bytes d=784 k=12 random", 25000, 784, 12, KM_METRIC_L2, 0, KM_INIT_RANDOM, 30, 0.0, 1, 6, 37},
+		{"bytes d=800 k=2 k++ n_init=2", 9000, 800, 2, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 30, 0.0, 2, 6, 38},
+		{"bytes d=300 k=8 weights (floats)", 20000, 300, 8, KM_METRIC_L2, 1, KM_INIT_RANDOM, 30, 0.0, 1, 6, 39},
+		{"bytes d=160 k=16 (floats)", 20000, 160, 16, KM_METRIC_L2, 0, KM_INIT_RANDOM, 30, 0.0, 1, 6, 40},
 };
 
 static void

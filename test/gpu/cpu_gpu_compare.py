@@ -80,6 +80,9 @@ def main():
     compare("blobs", blobs(rng, 60000, 256, 1024, 4.0), 1024, 5, rng)
     compare("blobs", blobs(rng, 20000, 256, 5000, 4.0), 5000, 3, rng)
     compare("pixels", rng.integers(0, 256, size=(20000, 784)).astype(np.float32), 10, 10, rng)
+    # bytes in clusters, with close calls: the GPU's byte pass (kernels/assign/bytes.cu)
+    compare("pixel blobs", np.clip(np.rint(blobs(rng, 30000, 200, 15, 6.0) * 8.0 + 128.0), 0, 255).astype(np.float32),
+            15, 20, rng)
     compare("blobs", blobs(rng, 1000000, 8, 16, 2.0), 16, 10, rng)
     compare("blobs", blobs(rng, 50000, 35, 40, 2.0), 40, 20, rng, metric="cosine")
     compare("blobs", blobs(rng, 20000, 256, 300, 4.0), 300, 5, rng, metric="cosine")
