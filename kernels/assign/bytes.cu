@@ -813,29 +813,9 @@ kmg_bytes_kernel(kmg_args a)
 	}
 
 	/* the block's estimate into its slot (warps in order), its counts into the control block */
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		est += __shfl_xor_sync(0xffffffffu, est, o);
-		moved += __shfl_xor_sync(0xffffffffu, moved, o);
-		nexact += __shfl_xor_sync(0xffffffffu, nexact, o);
-	}
-	if (lane == 0)
-	{
-		s_est[warp] = est;
-		if (moved != 0)
-			atomicAdd(&a.ctl->moved, moved);
-		if (nexact != 0)
-			atomicAdd(&a.ctl->namb, nexact);
-	}
-	__syncthreads();
+	est = kmg_block_counts(est, moved, nexact, &a.ctl->moved, &a.ctl->namb, s_est);
 	if (tid == 0)
-	{
-		double		e = s_est[0];
-
-		for (int w = 1; w < KMG_BYTES_NT / 32; w++)
-			e += s_est[w];
-		kmg_bytes_est(a, gridDim.x)[blockIdx.x] = e;
-	}
+		kmg_bytes_est(a, gridDim.x)[blockIdx.x] = est;
 }
 
 /*

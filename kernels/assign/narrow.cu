@@ -573,32 +573,13 @@ kmg_narrow_block_partial(int tid, const kmg_args &a, int d, int ncol, int ncell,
  * warps), its moved and exact counts into the control block.
  */
 __device__ __forceinline__ void
-kmg_narrow_block_counts(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, double est,
-						int moved, int nexact)
+kmg_narrow_block_counts(int tid, const kmg_args &a, const kmg_narrow_smem &sm, double est, int moved,
+						int nexact)
 {
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		est += __shfl_xor_sync(0xffffffffu, est, o);
-		moved += __shfl_xor_sync(0xffffffffu, moved, o);
-		nexact += __shfl_xor_sync(0xffffffffu, nexact, o);
-	}
-	if (lane == 0)
-	{
-		sm.red[warp] = est;
-		if (moved != 0)
-			atomicAdd(&a.ctl->moved, moved);
-		if (nexact != 0)
-			atomicAdd(&a.ctl->namb, nexact);
-	}
-	__syncthreads();
-	if (tid == 0)
-	{
-		double		e = sm.red[0];
+	const double e = kmg_block_counts(est, moved, nexact, &a.ctl->moved, &a.ctl->namb, sm.red);
 
-		for (int w = 1; w < KMG_NARROW_NT / 32; w++)
-			e += sm.red[w];
+	if (tid == 0)
 		a.part[blockIdx.x] = e;
-	}
 }
 
 /*
@@ -972,7 +953,7 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 		kmg_narrow_mma_partial<DP, KB>(tid, lane, warp, a, sm, d, ncol, ncell, weighted, macc, maccw, s_cnt);
 	else
 		kmg_narrow_block_partial<CPTL>(tid, a, d, ncol, ncell, acc, cnt);
-	kmg_narrow_block_counts(tid, lane, warp, a, sm, est, moved, nexact);
+	kmg_narrow_block_counts(tid, a, sm, est, moved, nexact);
 
 	/* the last block: the cluster sums, then the end of the iteration */
 	__threadfence();

@@ -14,7 +14,7 @@
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
  *	  kmg_fix_decode, kmg_fix_warp_sum) and integer block counts
- *	  (kmg_block_add_int);
+ *	  (kmg_block_add_int, and with a block's estimate kmg_block_counts);
  *	- distances rounded outwards, for bounds (kmg_sqrt_ru, kmg_sqrt_rd).
  *
  * The functions shared with host code and the C references (km_exact.h,
@@ -387,6 +387,28 @@ kmg_block_add_int(int v, int *out)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
 	if ((threadIdx.x & 31) == 0 && v != 0)
 		atomicAdd(out, v);
+}
+
+/*
+ * A fused pass's block end: its moved and exactly settled rows into the
+ * control block's counters (kmg_block_add_int: order-free), and its
+ * estimate summed in a fixed order, the warps' sums in warp order through
+ * red (a double a warp, shared memory); every thread gets the block's sum.
+ */
+__device__ __forceinline__ double
+kmg_block_counts(double est, int moved, int nexact, int *moved_out, int *exact_out, double *red)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		est += __shfl_xor_sync(0xffffffffu, est, o);
+	kmg_block_add_int(moved, moved_out);
+	kmg_block_add_int(nexact, exact_out);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = est;
+	__syncthreads();
+	est = red[0];
+	for (int w = 1; w < (int) (blockDim.x >> 5); w++)
+		est += red[w];
+	return est;
 }
 
 /* ---- distances as bounds ---- */
