@@ -146,8 +146,8 @@ kmg_bytes_est(const kmg_args &a, int nblocks)
 
 /*
  * Rows as bytes: Xb (n x xbs, zeros past d) from X (n x dp floats), a warp a
- * row; out[0] counts the values that are not an integer in 0..255 (NaN
- * included), out[1] adds sum |x|^2 over the rows (integers: order-free).
+ * row; out[0] counts the values that are not an integer in 0..255 (NaN and
+ * -0 included), out[1] adds sum |x|^2 over the rows (integers: order-free).
  * out must be zero first.
  */
 __global__ void __launch_bounds__(256)
@@ -167,7 +167,8 @@ kmg_bytes_rows_kernel(const float *X, int64_t n, int d, int dp, uint8_t *Xb, int
 		for (int c = lane; c < xbs; c += 32)
 		{
 			const float v = c < d ? x[c] : 0.0f;
-			const bool	ok = v >= 0.0f && v <= 255.0f && v == rintf(v);
+			/* -0 is not a byte: its sums may keep the sign the integers would lose */
+			const bool	ok = !signbit(v) && v <= 255.0f && v == rintf(v);
 			const unsigned b = ok ? (unsigned) v : 0u;
 
 			bad += !ok;
