@@ -512,9 +512,8 @@ kmg_bytes_kernel(kmg_args a)
 				t = lane & 3;
 	const int	d = a.d,
 				k = a.k;
-	const int	ks_n = (xbs + 31) / 32;	/* k-steps of 32 columns */
+	const int	nch = (xbs + 31) / 32;	/* chunks of 32 columns: the dots' k-steps, the sums' chunks */
 	const bool	half_last = xbs % 32 != 0;	/* the last one has 16 */
-	const int	nch = (xbs + 31) / 32;	/* the sums' column chunks */
 	const int64_t ntiles = (a.n + KMG_BYTES_TR - 1) / KMG_BYTES_TR;
 
 	/* the block's close calls: a slot for each row it reads */
@@ -581,7 +580,7 @@ kmg_bytes_kernel(kmg_args a)
 			const unsigned cb1 = cb0 + KMG_BYTES_SLOTS * xbs;
 
 #pragma unroll 4
-			for (int ks = 0; ks < ks_n; ks++)
+			for (int ks = 0; ks < nch; ks++)
 			{
 				uint32_t	af[4],
 							b0[4],
@@ -590,7 +589,7 @@ kmg_bytes_kernel(kmg_args a)
 				kmg_ldsm4(af, xa + 32 * ks);
 				kmg_ldsm4(b0, cb0 + 32 * ks);
 				kmg_ldsm4(b1, cb1 + 32 * ks);
-				if (half_last && ks == ks_n - 1)
+				if (half_last && ks == nch - 1)
 					af[2] = af[3] = 0u;	/* columns xbs .. xbs + 15: none */
 				kmg_mma_u8(acc[0][0], af, b0[0], b0[1]);
 				kmg_mma_u8(acc[1][0], af, b0[2], b0[3]);

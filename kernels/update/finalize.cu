@@ -114,9 +114,8 @@ kmg_finalize_kernel(kmg_args a, int mode)
 				int			bad = 0;
 
 				/*
-				 * Double divisions are slow: l2's scale of 1 costs none (m / 1
-				 * is m), and the first KMG_FIN_KEEP values a thread computes
-				 * are kept for the write.
+				 * Double divisions are slow: the first KMG_FIN_KEEP values a
+				 * thread computes are kept for the write.
 				 */
 				const double scale = s_scale;
 				float		keep[KMG_FIN_KEEP];
@@ -129,20 +128,14 @@ kmg_finalize_kernel(kmg_args a, int mode)
 					keep[u] = 0.0f;
 					if (i < d)
 					{
-						const double m = km_ddiv(cl[i], w);
-
-						keep[u] = (float) (scale == 1.0 ? m : km_ddiv(m, scale));
+						keep[u] = kmg_fin_mean(cl[i], w, scale);
 						if (!isfinite(keep[u]))
 							bad = 1;
 					}
 				}
 				for (int i = tid + KMG_FIN_KEEP * KMG_FIN_NT; i < d; i += KMG_FIN_NT)
-				{
-					const double m = km_ddiv(cl[i], w);
-
-					if (!isfinite((float) (scale == 1.0 ? m : km_ddiv(m, scale))))
+					if (!isfinite(kmg_fin_mean(cl[i], w, scale)))
 						bad = 1;
-				}
 				bad = __syncthreads_or(bad);
 				if (!bad)
 				{
@@ -151,11 +144,7 @@ kmg_finalize_kernel(kmg_args a, int mode)
 						if (tid + u * KMG_FIN_NT < d)
 							c[tid + u * KMG_FIN_NT] = keep[u];
 					for (int i = tid + KMG_FIN_KEEP * KMG_FIN_NT; i < d; i += KMG_FIN_NT)
-					{
-						const double m = km_ddiv(cl[i], w);
-
-						c[i] = (float) (scale == 1.0 ? m : km_ddiv(m, scale));
-					}
+						c[i] = kmg_fin_mean(cl[i], w, scale);
 				}
 			}
 		}

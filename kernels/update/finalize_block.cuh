@@ -26,6 +26,19 @@
 static_assert(KMG_FIN1_KMAX <= 32 * (256 / 32), "a warp's re-seed flags fit one ballot (kmg_finalize_block)");
 
 /*
+ * Column i's new value, (cl_i / w) / scale rounded as the CPU engine rounds
+ * it (src/engine/cpu_lloyd.c); m / 1 is m, so l2 divides once (double
+ * divisions are slow).  Both finalizes take their means here.
+ */
+static __device__ __forceinline__ float
+kmg_fin_mean(double cl_i, double w, double scale)
+{
+	const double m = km_ddiv(cl_i, w);
+
+	return (float) (scale == 1.0 ? m : km_ddiv(m, scale));
+}
+
+/*
  * The control block's fields the decisions read, in one go (volatile: other
  * blocks' atomics, fenced before the caller's ticket, wrote them).
  */
@@ -186,7 +199,7 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 				int			bad = 0;
 
 				for (int i = lane; i < d; i += 32)
-					if (!isfinite((float) km_ddiv(km_ddiv(cl[i], w), scale)))
+					if (!isfinite(kmg_fin_mean(cl[i], w, scale)))
 						bad = 1;
 				fresh = !__any_sync(0xffffffffu, bad);
 			}
@@ -194,7 +207,7 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 			{
 				if (fresh)
 					for (int i = lane; i < d; i += 32)
-						c[i] = (float) km_ddiv(km_ddiv(cl[i], w), scale);
+						c[i] = kmg_fin_mean(cl[i], w, scale);
 				__syncwarp();
 				if (lane == 0)
 				{
@@ -215,7 +228,7 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 				for (int i = lane; i < d; i += 32)
 				{
 					/* the new centroid (or the one kept), its filter copy c - mu, |c'|^2 */
-					const float ci = fresh ? (float) km_ddiv(km_ddiv(cl[i], w), scale) : c[i];
+					const float ci = fresh ? kmg_fin_mean(cl[i], w, scale) : c[i];
 					float		cfi = ci;
 
 					if (fresh)
