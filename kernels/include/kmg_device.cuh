@@ -8,14 +8,20 @@
  *	  ahead of the dependent adds (kmg_chain4; kmg_chain4_xd, the row
  *	  already in double);
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
- *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait);
+ *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait),
+ *	  prefetches into L2 (kmg_prefetch_l2), and sm_90's bulk copies that
+ *	  signal a shared-memory barrier (kmg_mbar_init, kmg_bulk_copy,
+ *	  kmg_mbar_wait);
  *	- tensor-core fragments from shared memory (kmg_ldsm4);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
  *	  kmg_fix_decode, kmg_fix_warp_sum) and integer block counts
  *	  (kmg_block_add_int, and with a block's estimate kmg_block_counts);
- *	- distances rounded outwards, for bounds (kmg_sqrt_ru, kmg_sqrt_rd).
+ *	- distances rounded outwards, for bounds (kmg_sqrt_ru, kmg_sqrt_rd);
+ *	- kernels that overlap the one before them in the stream (programmatic
+ *	  dependent launch: kmg_launch_overlapped on the host, kmg_grid_wait and
+ *	  kmg_grid_release in the kernels).
  *
  * The functions shared with host code and the C references (km_exact.h,
  * km_fixsum.h, km_hash.h) are declared with KM_HD (src/include/km_hd.h); what
@@ -216,6 +222,89 @@ __device__ __forceinline__ void
 kmg_cp4_at(unsigned smem, const void *gmem)
 {
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"::"r"(smem), "l"(gmem):"memory");
+}
+
+/*
+ * bytes (a multiple of 16) from gmem (16-byte aligned) on their way into L2,
+ * with no destination and nothing to wait for (sm_90's bulk prefetch; a
+ * no-op on older devices): later copies or loads of them find them there.
+ */
+__device__ __forceinline__ void
+kmg_prefetch_l2(const void *gmem, unsigned bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"::"l"(gmem), "r"(bytes):"memory");
+#endif
+}
+
+/*
+ * One thread's bulk copy of bytes (a multiple of 16, both ends 16-byte
+ * aligned) global -> shared by the copy engine, in place of a block's
+ * worth of 16-byte cp.async (whose issue, each thread's operands held until
+ * the copy reads them, stalls the issuing warps): kmg_bulk_copy arms the
+ * barrier mbar for the bytes and starts the copy; every thread that reads
+ * the data first waits in kmg_mbar_wait for the barrier's phase of that
+ * use (0 for its first use, then 1, 0, ...).  kmg_mbar_init (one thread,
+ * then a block barrier before any use) makes mbar a barrier of one
+ * arrival.  sm_90 and later: on older devices these trap, and the
+ * dispatch does not plan their kernels there.
+ */
+__device__ __forceinline__ void
+kmg_mbar_init(uint64_t *mbar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
+
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+				 "fence.mbarrier_init.release.cluster;\n"
+				 "fence.proxy.async.shared::cta;\n"::"r"(m):"memory");
+#else
+	__trap();
+#endif
+}
+
+__device__ __forceinline__ void
+kmg_bulk_copy(void *smem, const void *gmem, unsigned bytes, uint64_t *mbar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
+
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"::"r"(m), "r"(bytes):"memory");
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+				 ::"r"(s), "l"(gmem), "r"(bytes), "r"(m):"memory");
+#else
+	__trap();
+#endif
+}
+
+__device__ __forceinline__ void
+kmg_mbar_wait(uint64_t *mbar, unsigned phase)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
+	unsigned	done = 0;
+
+	while (!done)
+		asm volatile("{\n.reg .pred p;\n"
+					 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+					 "selp.u32 %0, 1, 0, p;\n}\n"
+					 :"=r"(done):"r"(m), "r"(phase):"memory");
+#else
+	__trap();
+#endif
+}
+
+/*
+ * Before a bulk copy into shared memory that this thread read or wrote
+ * through the ordinary path (then a block barrier, then the copy).
+ */
+__device__ __forceinline__ void
+kmg_fence_async_shared()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("fence.proxy.async.shared::cta;\n":::"memory");
+#endif
 }
 
 /* kmg_cp16_wait for a count known only at run time (n = 1, 2, or 3 and more). */
@@ -430,6 +519,59 @@ __device__ __forceinline__ float
 kmg_sqrt_rd(double c)
 {
 	return __double2float_rd(sqrt(c) * (1.0 - 0x1p-30));
+}
+
+/* ---- kernels that overlap the one before them ---- */
+
+/*
+ * Programmatic dependent launch (sm_90): a kernel launched by
+ * kmg_launch_overlapped may start while the kernel before it in the stream
+ * (or graph) still runs, as soon as that one's blocks have all called
+ * kmg_grid_release (or ended); it must call kmg_grid_wait before it reads or
+ * writes anything that kernel, or one before it, writes or reads: the wait
+ * returns once the earlier kernel has ended and its writes are visible.
+ * What comes before the wait is the launch's latency hidden, plus any work
+ * on data nothing in flight touches.  A kernel launched plainly, or built
+ * for an older device, passes through both.
+ */
+__device__ __forceinline__ void
+kmg_grid_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;\n"::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void
+kmg_grid_release()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;\n"::: "memory");
+#endif
+}
+
+/*
+ * Launch kernel(args) on grid x block with smem bytes of dynamic shared
+ * memory, overlapping the kernel before it (see above) where overlap is
+ * nonzero (a device of compute capability 9 or above), plainly otherwise.
+ */
+template <typename... P, typename... A>
+static cudaError_t
+kmg_launch_overlapped(int overlap, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+					  cudaStream_t stream, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1];
+
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = stream;
+	cfg.attrs = at;
+	cfg.numAttrs = overlap ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 #endif							/* KMG_DEVICE_CUH */
