@@ -80,6 +80,8 @@ typedef struct kmg_assign_plan
 	int			nblocks;		/* persistent grid */
 	int			bytes;			/* wide: a fit's iterations may run bytes.cu, when its
 								 * rows are all bytes (kmg_assign_prepare sets it up) */
+	int			overlap;		/* bytes.cu's launches overlap each other (compute
+								 * capability 9 and above; KMG_OVERLAP=0: not) */
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */
 	int			screen;			/* KMG_SCREEN_* */
@@ -127,7 +129,7 @@ cudaError_t kmg_bytes_rows(const float *X, int64_t n, int d, int dp, uint8_t *Xb
 						   double *sumsq, cudaStream_t stream);
 cudaError_t kmg_bytes_prepare(int d);
 int64_t		kmg_bytes_nmax(int sms);
-cudaError_t kmg_bytes_launch(const kmg_args *a, int nblocks, cudaStream_t stream);
+cudaError_t kmg_bytes_launch(const kmg_args *a, int nblocks, int overlap, cudaStream_t stream);
 
 /* A pass of the screen that decides only the rows a->brow lists, and keeps their bounds. */
 static inline __host__ __device__ int

@@ -23,8 +23,9 @@
  * finer bound (four byte pieces, on the integer pipes) or, for ties and
  * near-ties, by km_exact_cost's chains (kmg_exact_step_xd, ties to the
  * lowest id): how every engine decides a close call
- * (kmg_bytes_settle_listed).  A centroid outside [0, 255] (explicit
- * starts) makes e_j infinite: every row is listed and chained.
+ * (kmg_bytes_bound_listed, kmg_bytes_chain_listed).  A centroid outside
+ * [0, 255] (explicit starts) makes e_j infinite: every row is listed and
+ * chained.
  *
  * Why the sums are exact and order-free: a tile's clusters' 0/1 indicator
  * times its rows on the same u8 mma gives int32 sums; each block writes
@@ -34,15 +35,26 @@
  *
  * Why it is fast (Fashion-MNIST, 70000 x 784 x 10: 55 MB of bytes against
  * 220 MB of floats; kernels/bench/NOTES.md, "Rows as bytes in the engine"):
- *	- a block an SM, tiles of 128 rows double-buffered by cp.async; a warp's
- *	  16 rows against 16 centroid slots x 2 pieces, fragments by ldmatrix;
+ *	- a block an SM, each n / blocks contiguous rows (to a row: whole tiles
+ *	  dealt out in turn left some blocks a tile more than the average),
+ *	  in tiles of 128 rows double-buffered, each tile one bulk copy that a
+ *	  shared-memory barrier signals (the block's 16-byte cp.async had its
+ *	  warps waiting 5-7 us of the tiles' 24-31, the bulk copies 1.9 of 25);
+ *	  a warp's 16 rows against 16 centroid slots x 2 pieces, fragments by
+ *	  ldmatrix;
  *	- the sums' operand transposed 4 x 4 bytes at a time with prmt, in
  *	  registers for the whole pass, then written once through shared memory;
  *	- close calls (tens of rows an iteration on Fashion-MNIST) listed by
- *	  their block and decided after its last tile, a warp a row, with the
- *	  centroids' floats in the free tile buffer, on integer pipes where a
- *	  bound suffices: on the H200 measured, one row's 784-step float64 chain
- *	  takes about 15-30 us, and even its costs in parallel in float64 12.5 us;
+ *	  their block and decided after its last tile, the whole block on a
+ *	  row's bound (on integer pipes), a warp a row only for the chains of
+ *	  ties and near-ties: on the H200 measured, one row's 784-step float64
+ *	  chain takes about 15-30 us, its costs in parallel in float64 12.5 us,
+ *	  one warp's bound 10.5-16 us and the block's 5-7 us (with the
+ *	  centroids copied during the last tile);
+ *	- the tile after next prefetched into L2, and with launches overlapped
+ *	  (kmg_launch_overlapped) the first tile on its way before the kernel
+ *	  before has ended: the pass's blocks start about 10 us before the
+ *	  finalize ends;
  *	- the end of the iteration in two more launches, each spread over many
  *	  blocks: the partials' reduction (6 us) and kmg_finalize_spread (10 us;
  *	  one block's finalize took 30-38 us at d = 784).
@@ -190,28 +202,34 @@ kmg_bytes_rows_kernel(const float *X, int64_t n, int d, int dp, uint8_t *Xb, int
 
 /* ---- the pass's stages ---- */
 
-/* The centroids' floats (k x dp, contiguous) into shared memory: one cp.async group. */
+/* The centroids' floats (k x dp) into shared memory, rows cs floats apart: one cp.async group. */
 static __device__ __forceinline__ void
-kmg_bytes_centroids_load(int tid, const kmg_args &a, float *sc)
+kmg_bytes_centroids_load(int tid, const kmg_args &a, float *sc, int cs)
 {
-	const int	n16 = a.k * a.dp / 4;
+	const int	q4 = a.dp / 4;
 
-	for (int i = tid; i < n16; i += KMG_BYTES_NT)
-		kmg_cp16(sc + 4 * i, a.C + 4 * i);
+	for (int i = tid; i < a.k * q4; i += KMG_BYTES_NT)
+	{
+		const int	j = i / q4;
+		const int	q = i - j * q4;
+
+		kmg_cp16(sc + (size_t) j * cs + 4 * q, a.C + (size_t) j * a.dp + 4 * q);
+	}
 	kmg_cp16_commit();
 }
 
 /*
- * The centroids as the block uses them, from their floats in shared memory
- * (sc): the two byte pieces of each value, four columns a thread (slot 15:
- * ones in the hi piece), the largest piece error over the clusters
+ * The centroids as the block uses them, from their floats (read once, from
+ * L2, four at a time: no copy through shared memory first): the two byte
+ * pieces of each value, four columns a thread (slot 15: ones in the hi
+ * piece), the largest piece error over the clusters
  * (infinite where a value is outside [0, 255]), and |c|^2 in double as
  * the end of the last iteration left it in a.cnorm (the fit is not
  * centred).
  */
 static __device__ __forceinline__ void
-kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t *cp, int *scnt,
-				   double *scn, float *s_emax)
+kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, double *scn,
+				   float *s_emax)
 {
 	const int	d = a.d,
 				dp = a.dp,
@@ -220,6 +238,7 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t
 	const int	xq = xbs / 4;
 	float		err = 0.0f;
 
+#pragma unroll 4
 	for (int i = tid; i < KMG_BYTES_SLOTS * xq; i += KMG_BYTES_NT)
 	{
 		const int	j = i / xq;
@@ -229,7 +248,12 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t
 
 		if (j == KMG_BYTES_SLOTS - 1)
 			hi = 0x01010101u;
-		else if (j < k)
+		else if (j < k && col0 < d)
+		{
+			/* dp is a multiple of 4: the four stay in the row */
+			const float4 c4 = __ldg(reinterpret_cast<const float4 *>(a.C + (size_t) j * dp + col0));
+			const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+
 #pragma unroll
 			for (int u = 0; u < 4; u++)
 			{
@@ -237,7 +261,7 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t
 
 				if (col < d)
 				{
-					const float c = sc[j * dp + col];
+					const float c = cv[u];
 
 					if (c >= 0.0f && c <= 255.0f)
 					{
@@ -251,6 +275,7 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t
 						err = INFINITY;	/* NaN too: no certificate, every row settled */
 				}
 			}
+		}
 		reinterpret_cast<uint32_t *>(cp)[i] = hi;
 		reinterpret_cast<uint32_t *>(cp + KMG_BYTES_SLOTS * xbs)[i] = lo;
 	}
@@ -272,18 +297,45 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, const float *sc, uint8_t
 	__syncthreads();
 }
 
-/* Tile t's rows into a buffer (cp.async, one commit group); rows past n are not copied. */
-static __device__ __forceinline__ void
-kmg_bytes_tile_load(const kmg_args &a, int xbs, uint8_t *buf, int64_t tile)
+/*
+ * Block b's rows: [b per, (b + 1) per) within n, per = ceil(n / blocks), so
+ * that no block has more than one partial tile beyond the average's (whole
+ * tiles dealt out in turn left 19 of 132 blocks a fifth tile of 128 rows
+ * on Fashion-MNIST, against 4.14 on average).
+ */
+static __device__ __forceinline__ int64_t
+kmg_bytes_block_rows(int64_t n, int nblocks)
 {
-	const int64_t r0 = tile * KMG_BYTES_TR;
-	const int	rows = (int) (a.n - r0 < KMG_BYTES_TR ? a.n - r0 : KMG_BYTES_TR);
-	const int	nchunk = rows * (xbs / 16);
-	const uint8_t *src = a.Xb + (size_t) r0 * xbs;
+	return (n + nblocks - 1) / nblocks;
+}
 
-	for (int c = threadIdx.x; c < nchunk; c += KMG_BYTES_NT)
-		kmg_cp16(buf + 16 * c, src + 16 * c);
-	kmg_cp16_commit();
+/*
+ * Rows r0 .. r0 + rows - 1 into a buffer: one bulk copy (contiguous, rows x
+ * xbs bytes) that completes a phase of the buffer's barrier (thread 0; the
+ * readers wait with kmg_mbar_wait).  A block's 16-byte cp.async for a tile
+ * stalled its warps for 8 % of the pass (Nsight Compute, one H200).
+ */
+static __device__ __forceinline__ void
+kmg_bytes_tile_load(const kmg_args &a, int xbs, uint8_t *buf, int64_t r0, int rows, uint64_t *mbar)
+{
+	if (threadIdx.x == 0)
+		kmg_bulk_copy(buf, a.Xb + (size_t) r0 * xbs, (unsigned) rows * (unsigned) xbs, mbar);
+}
+
+/*
+ * Rows r0 .. up to a tile, within rend, on their way into L2 (one thread):
+ * the tile after next, so that the tile buffers' copies find their rows
+ * there (a block an SM holds two tiles in shared memory).  Alone, with the
+ * tiles still copied 16 bytes a thread, it did not shorten them (24-31 us
+ * for 531 rows on an H200); it was kept with the bulk copies, not measured
+ * without them.
+ */
+static __device__ __forceinline__ void
+kmg_bytes_tile_prefetch(const kmg_args &a, int xbs, int64_t r0, int64_t rend)
+{
+	if (threadIdx.x == 0 && r0 < rend)
+		kmg_prefetch_l2(a.Xb + (size_t) r0 * xbs,
+						(unsigned) ((rend - r0 < KMG_BYTES_TR ? rend - r0 : KMG_BYTES_TR) * xbs));
 }
 
 /*
@@ -330,48 +382,258 @@ kmg_bytes_chain(const uint8_t *xrow, const float *sc, int cs, int dp, bool cand,
 }
 
 /*
- * The block's listed rows (close calls), after its last tile, a warp a row:
- * the centroids' floats and the warp's row in the free tile buffer.
- *
- * First every cost to within a bound, on the integer pipes: with c in
- * [0, 255], q = rint(2^24 c) < 2^32 is c's value to 2^-25 (exactly where c
- * >= 1/2), and x.q is exact as four byte planes of q (dp4a, int32, then
- * int64); so v_j = |x|^2 + |c_j|^2 - 2 x.q_j / 2^24 is within B = |x|_1
- * 2^-24 + 2 10^-13 (|x|^2 + |c_j|^2 + 2 x.c_j) of the exact cost (|c|^2 a
- * double sum of d exact squares, d <= 800; v's own two roundings), and
- * km_exact_cost's chain within g = (d +
- * 2) u 1.01 of it (terms >= 0, u = 2^-53).  Where the best two v are more
- * than 2 B + g (v1 + v2 + 2 B) apart, the chain picks the same best.
- * Otherwise (ties, near-ties), or where a centroid lies outside [0, 255]
- * (no pieces), the chains run for the centroids within that margin of the
- * best (all of them), one a lane, the least with ties to the lowest id.
- * The label is written and counted here; the row's bytes go into the block's
- * partial later.  (Double arithmetic for the bound's values would cost
+ * The close calls' bound, on the integer pipes.  With c in [0, 255],
+ * q = rint(2^24 c) < 2^32 is c's value to 2^-25 (exactly where c >= 1/2),
+ * and x.q is exact as four byte planes of q (dp4a, int32, then int64); so
+ * v_j = |x|^2 + |c_j|^2 - 2 x.q_j / 2^24 is within B = |x|_1 2^-24 + 2 10^-13
+ * (|x|^2 + |c_j|^2 + 2 x.c_j) of the exact cost (|c|^2 a double sum of d
+ * exact squares, d <= 800; v's own two roundings), and km_exact_cost's
+ * chain within g = (d + 2) u 1.01 of it (terms >= 0, u = 2^-53).  Where the
+ * best two v are more than 2 B + g (v1 + v2 + 2 B) apart, the chain picks
+ * the same best.  Otherwise (ties, near-ties), or where a centroid lies
+ * outside [0, 255] (no pieces), the chains run for the centroids within
+ * that margin of the best (all of them), one a lane, the least with ties to
+ * the lowest id.  (Double arithmetic for the bound's values would cost
  * more: one row's parallel double costs took 12.5 us on an H200.)
+ *
+ * kmg_bytes_xq: one word of the row (columns 4 q .. 4 q + 3) into x.q_j of
+ * every centroid (floats in shared memory, stride cs), |x|^2 and |x|_1.
  */
 static __device__ __forceinline__ void
-kmg_bytes_settle_listed(int tid, int lane, int warp, const kmg_args &a, const int32_t *list, int nl,
-						uint8_t *room, const double *scn, bool pieces, int *scnt, int &moved,
-						int &nexact)
+kmg_bytes_xq(unsigned xw, const float *sc, int cs, int q, int k, long long (&xq)[KMG_BYTES_KMAX],
+			 unsigned &xx, unsigned &l1)
+{
+	xx = __dp4a(xw, xw, xx);
+	l1 = __dp4a(xw, 0x01010101u, l1);
+#pragma unroll
+	for (int j = 0; j < KMG_BYTES_KMAX; j++)
+		if (j < k)
+		{
+			const float4 c = *reinterpret_cast<const float4 *>(sc + j * cs + 4 * q);
+			const unsigned q0 = (unsigned) rintf(c.x * 16777216.0f),	/* 2^24 c: exact scaling */
+						q1 = (unsigned) rintf(c.y * 16777216.0f),
+						q2 = (unsigned) rintf(c.z * 16777216.0f),
+						q3 = (unsigned) rintf(c.w * 16777216.0f);
+			long long	v = 0;
+
+#pragma unroll
+			for (int m = 3; m >= 0; m--)
+			{
+				const unsigned sel = (unsigned) m | (unsigned) (4 + m) << 4;
+				const unsigned plane = __byte_perm(__byte_perm(q0, q1, sel), __byte_perm(q2, q3, sel), 0x5410);
+
+				v = v * 256 + (long long) __dp4a(xw, plane, 0u);
+			}
+			xq[j] += v;
+		}
+}
+
+/* v_j and its bound B_j (above) from the row's integers */
+static __device__ __forceinline__ double
+kmg_bytes_bound_cost(long long xq, unsigned xx, unsigned l1, double cn, double *b)
+{
+	const double xc = (double) xq * (1.0 / 16777216.0);	/* exact: < 2^53 */
+
+	*b = (double) l1 * (1.0 / 16777216.0) + 2e-13 * ((double) xx + cn + 2.0 * xc);
+	return (double) xx + cn - 2.0 * xc;
+}
+
+/* whether the best two costs (v1 <= v2) are apart by more than the margin (above) */
+static __device__ __forceinline__ bool
+kmg_bytes_bound_apart(double v1, double v2, double bmax, double g)
+{
+	return v2 - v1 > 2.0 * bmax + g * (v1 + v2 + 2.0 * bmax) + 1e-9;
+}
+
+/* the g of the chains' error (above) */
+static __device__ __forceinline__ double
+kmg_bytes_chain_err(int d)
+{
+	return (double) (d + 2) * 1.1102230246251565e-16 * 1.01;
+}
+
+/* A listed row's label (old: the one before), written and counted. */
+static __device__ __forceinline__ void
+kmg_bytes_label_listed(const kmg_args &a, int32_t row, int lab, int old, int *scnt, int &moved,
+					   int &nexact)
+{
+	if (old != lab)
+	{
+		moved++;
+		a.labels[row] = lab;
+	}
+	atomicAdd(&scnt[lab], 1);
+	nexact++;
+}
+
+/*
+ * The block's listed rows (close calls), after its last tile, first the
+ * whole block on each row in turn: thread t takes the row's columns 4 t ..
+ * 4 t + 3 (dp / 4 <= 200 threads), the block adds the integers, warp 0
+ * takes the best two and the bound; a row it decides is labelled, counted
+ * and its bytes added into the block's partial (ssum, k x xbs ints: each
+ * thread its own columns).  The rows left (ties, near-ties) are moved to
+ * the front of the list (swapped: the list keeps every row) and their
+ * number returned, for kmg_bytes_chain_listed.  Where a centroid lies
+ * outside [0, 255] (no pieces), all are left.  A block's listed rows are
+ * usually one or two (Fashion-MNIST: 10 to 30 an iteration over 132
+ * blocks): a warp on each alone took 10.5-16 us (one H200).  What a row
+ * needs from global memory (its index, its word a thread, its label before)
+ * is read a row ahead; kmg_bytes_listed_read reads the first, before the
+ * caller's last barrier.
+ */
+typedef struct kmg_bytes_listed_row
+{
+	int32_t		row;
+	unsigned	xw;				/* columns 4 t .. 4 t + 3 (thread t < dp / 4) */
+	int			old;			/* the label before (thread 0) */
+} kmg_bytes_listed_row;
+
+static __device__ __forceinline__ kmg_bytes_listed_row
+kmg_bytes_listed_read(const kmg_args &a, const int32_t *list, int p)
+{
+	kmg_bytes_listed_row r;
+
+	r.row = list[p];
+	r.xw = threadIdx.x < (unsigned) (a.dp / 4) ?
+		*reinterpret_cast<const unsigned *>(a.Xb + (size_t) r.row * a.xbs + 4 * threadIdx.x) : 0u;
+	r.old = threadIdx.x == 0 ? a.labels[r.row] : 0;
+	return r;
+}
+
+static __device__ __forceinline__ int
+kmg_bytes_bound_listed(int tid, int lane, int warp, const kmg_args &a, int32_t *list, int nl,
+					   kmg_bytes_listed_row next, const float *sc, int cs, const double *scn, int *ssum,
+					   int *scnt, int &moved, int &nexact)
+{
+	__shared__ long long s_part[KMG_BYTES_NT / 32][KMG_BYTES_KMAX + 2];
+	__shared__ int s_lab,
+				s_left;
+	const int	dp = a.dp,
+				k = a.k,
+				xbs = a.xbs;
+	const double g = kmg_bytes_chain_err(a.d);
+	int			left = 0;		/* thread 0's */
+
+	for (int p = 0; p < nl; p++)
+	{
+		const kmg_bytes_listed_row cur = next;
+		const int32_t row = cur.row;
+		const unsigned xw = cur.xw;
+		long long	xq[KMG_BYTES_KMAX];
+		unsigned	xx = 0,
+					l1 = 0;
+
+		if (p + 1 < nl)
+			next = kmg_bytes_listed_read(a, list, p + 1);	/* the swap below writes list[<= p] only */
+#pragma unroll
+		for (int j = 0; j < KMG_BYTES_KMAX; j++)
+			xq[j] = 0;
+		if (tid < dp / 4)
+			kmg_bytes_xq(xw, sc, cs, tid, k, xq, xx, l1);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			xx += __shfl_xor_sync(0xffffffffu, xx, o);
+			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+#pragma unroll
+			for (int j = 0; j < KMG_BYTES_KMAX; j++)
+				if (j < k)
+					xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
+		}
+		if (lane == 0)
+		{
+#pragma unroll
+			for (int j = 0; j < KMG_BYTES_KMAX; j++)
+				if (j < k)
+					s_part[warp][j] = xq[j];
+			s_part[warp][KMG_BYTES_KMAX] = xx;
+			s_part[warp][KMG_BYTES_KMAX + 1] = l1;
+		}
+		__syncthreads();
+		if (warp == 0)
+		{
+			/* lane j: centroid j's cost and bound (the warps' integers in a fixed order: exact anyway) */
+			long long	tq = 0,
+						txx = 0,
+						tl1 = 0;
+			double		v = INFINITY,
+						b = 0.0;
+			int			i1 = lane;
+
+			for (int w = 0; w < KMG_BYTES_NT / 32; w++)
+			{
+				txx += s_part[w][KMG_BYTES_KMAX];
+				tl1 += s_part[w][KMG_BYTES_KMAX + 1];
+				if (lane < k)
+					tq += s_part[w][lane];
+			}
+			if (lane < k)
+				v = kmg_bytes_bound_cost(tq, (unsigned) txx, (unsigned) tl1, scn[lane], &b);
+
+			double		v1 = v,
+						v2,
+						bmax = b;
+
+			kmg_warp_argmin<32>(v1, i1);
+			v2 = lane == i1 ? INFINITY : v;
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+			{
+				v2 = fmin(v2, __shfl_xor_sync(0xffffffffu, v2, o));
+				bmax = fmax(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
+			}
+			if (lane == 0)
+			{
+				const bool	apart = kmg_bytes_bound_apart(v1, v2, bmax, g);
+
+				s_lab = apart ? i1 : -1;
+				if (apart)
+					kmg_bytes_label_listed(a, row, i1, cur.old, scnt, moved, nexact);
+				else
+				{
+					list[p] = list[left];	/* the undecided to the front */
+					list[left++] = row;
+				}
+			}
+		}
+		__syncthreads();
+		{
+			const int	lab = s_lab;
+
+			if (lab >= 0 && tid < dp / 4)
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					ssum[lab * xbs + 4 * tid + u] += (int) ((xw >> (8 * u)) & 255u);
+		}
+	}
+	if (tid == 0)
+		s_left = left;
+	__syncthreads();
+	return s_left;
+}
+
+/*
+ * The listed rows that the bound left (list[0 .. nl - 1]), a warp a row:
+ * the bound again in the warp (its values pick the chains' candidates), then
+ * km_exact_cost's chains (kmg_bytes_chain), one a lane; the label written
+ * and counted and the row's bytes added into the block's partial (ssum,
+ * shared-memory integer atomics: exact in any order).  sc: the centroids'
+ * floats (stride cs); room: xbs bytes a warp for its row; pieces: the
+ * bound holds (no centroid outside [0, 255]).
+ */
+static __device__ __forceinline__ void
+kmg_bytes_chain_listed(int lane, int warp, const kmg_args &a, const int32_t *list, int nl, const float *sc,
+					   int cs, uint8_t *room, const double *scn, bool pieces, int *ssum, int *scnt,
+					   int &moved, int &nexact)
 {
 	const int	d = a.d,
 				dp = a.dp,
 				k = a.k,
 				xbs = a.xbs;
-	const int	cs = dp + 4;	/* 16-byte rows; the chains' lanes j and j + 8 share banks */
-	float	   *sc = (float *) room;	/* k x cs */
-	uint8_t    *sx = room + (size_t) k * cs * sizeof(float) + (size_t) warp * xbs;	/* a row a warp */
-	const double g = (double) (d + 2) * 1.1102230246251565e-16 * 1.01;
+	uint8_t    *sx = room + (size_t) warp * xbs;	/* a row a warp */
+	const double g = kmg_bytes_chain_err(d);
 
-	for (int i = tid; i < k * (dp / 4); i += KMG_BYTES_NT)
-	{
-		const int	j = i / (dp / 4);
-		const int	q = i - j * (dp / 4);
-
-		reinterpret_cast<float4 *>(sc + (size_t) j * cs)[q] =
-			reinterpret_cast<const float4 *>(a.C + (size_t) j * dp)[q];
-	}
-	__syncthreads();
 	for (int p = warp; p < nl; p += KMG_BYTES_NT / 32)
 	{
 		const int32_t row = list[p];
@@ -380,7 +642,6 @@ kmg_bytes_settle_listed(int tid, int lane, int warp, const kmg_args &a, const in
 			*reinterpret_cast<uint4 *>(sx + c) = *reinterpret_cast<const uint4 *>(a.Xb + (size_t) row * xbs + c);
 		__syncwarp();
 
-		/* x.q_j (four byte planes), |x|^2 and |x|_1: integers, so any order */
 		long long	xq[KMG_BYTES_KMAX];
 		unsigned	xx = 0,
 					l1 = 0;
@@ -390,33 +651,7 @@ kmg_bytes_settle_listed(int tid, int lane, int warp, const kmg_args &a, const in
 			xq[j] = 0;
 		if (pieces)
 			for (int q = lane; q < dp / 4; q += 32)
-			{
-				const unsigned xw = *reinterpret_cast<const unsigned *>(sx + 4 * q);
-
-				xx = __dp4a(xw, xw, xx);
-				l1 = __dp4a(xw, 0x01010101u, l1);
-#pragma unroll
-				for (int j = 0; j < KMG_BYTES_KMAX; j++)
-					if (j < k)
-					{
-						const float4 c = *reinterpret_cast<const float4 *>(sc + j * cs + 4 * q);
-						const unsigned q0 = (unsigned) rintf(c.x * 16777216.0f),	/* 2^24 c: exact scaling */
-									q1 = (unsigned) rintf(c.y * 16777216.0f),
-									q2 = (unsigned) rintf(c.z * 16777216.0f),
-									q3 = (unsigned) rintf(c.w * 16777216.0f);
-						long long	v = 0;
-
-#pragma unroll
-						for (int m = 3; m >= 0; m--)
-						{
-							const unsigned sel = (unsigned) m | (unsigned) (4 + m) << 4;
-							const unsigned plane = __byte_perm(__byte_perm(q0, q1, sel), __byte_perm(q2, q3, sel), 0x5410);
-
-							v = v * 256 + (long long) __dp4a(xw, plane, 0u);
-						}
-						xq[j] += v;
-					}
-			}
+				kmg_bytes_xq(*reinterpret_cast<const unsigned *>(sx + 4 * q), sc, cs, q, k, xq, xx, l1);
 #pragma unroll
 		for (int o = 16; o > 0; o >>= 1)
 		{
@@ -427,57 +662,34 @@ kmg_bytes_settle_listed(int tid, int lane, int warp, const kmg_args &a, const in
 				xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
 		}
 
-		/* the best two, the bound, and the lane's own value */
+		/* the best cost, the bound, and the lane's own cost */
 		double		v1 = INFINITY,
-					v2 = INFINITY,
 					bmax = 0.0,
 					mine = INFINITY;
-		int			i1 = 0;
 
 #pragma unroll
 		for (int j = 0; j < KMG_BYTES_KMAX; j++)
 			if (j < k)
 			{
-				const double xc = (double) xq[j] * (1.0 / 16777216.0);	/* exact: < 2^53 */
-				const double v = (double) xx + scn[j] - 2.0 * xc;
-				const double b = (double) l1 * (1.0 / 16777216.0) + 2e-13 * ((double) xx + scn[j] + 2.0 * xc);
+				double		b;
+				const double v = kmg_bytes_bound_cost(xq[j], xx, l1, scn[j], &b);
 
 				bmax = fmax(bmax, b);
-				if (v < v1)
-				{
-					v2 = v1;
-					v1 = v;
-					i1 = j;
-				}
-				else
-					v2 = fmin(v2, v);
+				v1 = fmin(v1, v);
 				if (j == lane)
 					mine = v;
 			}
 
-		int			lab = i1;
+		/* the chains of the centroids within the margin of the best */
+		const bool	cand = lane < k && (!pieces || !kmg_bytes_bound_apart(v1, mine, bmax, g));
+		double		cost = kmg_bytes_chain(sx, sc, cs, dp, cand, lane);
+		int			lab = lane;
 
-		if (!pieces || !(v2 - v1 > 2.0 * bmax + g * (v1 + v2 + 2.0 * bmax) + 1e-9))
-		{
-			/* the chains of the centroids within the margin of the best */
-			const bool	cand = lane < k &&
-				(!pieces || !(mine - v1 > 2.0 * bmax + g * (mine + v1 + 2.0 * bmax) + 1e-9));
-			double		cost = kmg_bytes_chain(sx, sc, cs, dp, cand, lane);
-			int			bj = lane;
-
-			kmg_warp_argmin<32>(cost, bj);
-			lab = bj;
-		}
+		kmg_warp_argmin<32>(cost, lab);
 		if (lane == 0)
-		{
-			if (a.labels[row] != lab)
-			{
-				moved++;
-				a.labels[row] = lab;
-			}
-			atomicAdd(&scnt[lab], 1);
-			nexact++;
-		}
+			kmg_bytes_label_listed(a, row, lab, a.labels[row], scnt, moved, nexact);
+		for (int c = lane; c < d; c += 32)
+			atomicAdd(&ssum[lab * xbs + c], (int) sx[c]);
 		__syncwarp();			/* the row's room is free again */
 	}
 }
@@ -505,48 +717,60 @@ kmg_bytes_kernel(kmg_args a)
 	__shared__ float s_emax;
 	__shared__ double s_est[KMG_BYTES_NT / 32];
 	__shared__ int s_nl;
+	__shared__ uint64_t s_mbar[2];	/* the tile buffers' barriers */
 	const int	tid = threadIdx.x,
 				lane = tid & 31,
 				warp = tid >> 5,
 				g = lane >> 2,
 				t = lane & 3;
-	const int	d = a.d,
-				k = a.k;
+	const int	k = a.k;
 	const int	nch = (xbs + 31) / 32;	/* chunks of 32 columns: the dots' k-steps, the sums' chunks */
 	const bool	half_last = xbs % 32 != 0;	/* the last one has 16 */
-	const int64_t ntiles = (a.n + KMG_BYTES_TR - 1) / KMG_BYTES_TR;
+	const int64_t per = kmg_bytes_block_rows(a.n, gridDim.x);
+	const int64_t rbeg = (int64_t) blockIdx.x * per;
+	const int64_t rend = rbeg + per < a.n ? rbeg + per : a.n;
 
 	/* the block's close calls: a slot for each row it reads */
-	int32_t    *const list = a.xblist + (size_t) blockIdx.x *
-		(size_t) ((ntiles + gridDim.x - 1) / gridDim.x) * KMG_BYTES_TR;
+	int32_t    *const list = a.xblist + (size_t) blockIdx.x * (size_t) per;
 
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
-		return;
-	/* the centroids' floats into the second buffer, then the first tile, in flight together */
-	kmg_bytes_centroids_load(tid, a, (float *) buf1);
-	if (blockIdx.x < ntiles)
-	{
-		kmg_bytes_tile_load(a, xbs, buf0, blockIdx.x);
-		kmg_cp16_wait<1>();
-	}
-	else
-		kmg_cp16_wait<0>();
+	/*
+	 * The first tile is on its way before the wait for the kernel before
+	 * (launched overlapped: kmg_bytes_launch): the byte rows do not change
+	 * during a fit.
+	 */
 	if (tid == 0)
-		s_nl = 0;
-	__syncthreads();			/* the centroids are in place */
-	kmg_bytes_prologue(tid, a, xbs, (const float *) buf1, cp, scnt, scn, &s_emax);
+	{
+		kmg_mbar_init(&s_mbar[0]);
+		kmg_mbar_init(&s_mbar[1]);
+	}
+	if (rbeg < rend)
+		kmg_bytes_tile_load(a, xbs, buf0, rbeg, (int) (rend - rbeg < KMG_BYTES_TR ? rend - rbeg : KMG_BYTES_TR),
+							&s_mbar[0]);
+	kmg_bytes_tile_prefetch(a, xbs, rbeg + KMG_BYTES_TR, rend);
+	kmg_grid_wait();
+	kmg_grid_release();
+	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+	{
+		if (rbeg < rend)
+			kmg_mbar_wait(&s_mbar[0], 0);	/* no copy outlives the block */
+		return;
+	}
+	if (tid == 0)
+		s_nl = 0;				/* before the prologue's barriers */
+	kmg_bytes_prologue(tid, a, xbs, cp, scnt, scn, &s_emax);
 
 	const double emax4 = 4.0 * (double) s_emax * (1.0 + 1e-6);
 	int			acc2[4][4][4] = {};	/* sums: chunk slot, n-tile, fragment */
+	uint8_t    *last = buf0;	/* the last tile's buffer (then the other holds the centroids) */
 	int			moved = 0,
 				nexact = 0;
 	double		est = 0.0;
 
-	for (int64_t tile = blockIdx.x, it = 0; tile < ntiles; tile += gridDim.x, it++)
+	for (int64_t r0 = rbeg, it = 0; r0 < rend; r0 += KMG_BYTES_TR, it++)
 	{
 		uint8_t    *cur = (it & 1) ? buf1 : buf0;
-		const int64_t r0 = tile * KMG_BYTES_TR;
-		const int	rows = (int) (a.n - r0 < KMG_BYTES_TR ? a.n - r0 : KMG_BYTES_TR);
+		const int	rows = (int) (rend - r0 < KMG_BYTES_TR ? rend - r0 : KMG_BYTES_TR);
+		const int64_t r1 = r0 + KMG_BYTES_TR;	/* the next tile */
 		int			pold[2] = {-1, -1};
 
 		/* the labels before, read while the tile lands */
@@ -559,15 +783,20 @@ kmg_bytes_kernel(kmg_args a)
 				if (rl < rows)
 					pold[h] = a.labels[r0 + rl];
 			}
+		kmg_fence_async_shared();	/* this thread's reads of the other buffer, before its copy */
 		__syncthreads();		/* the other buffer's tile is done with */
-		if (tile + gridDim.x < ntiles)
+		if (r1 < rend)
 		{
-			kmg_bytes_tile_load(a, xbs, (it & 1) ? buf0 : buf1, tile + gridDim.x);
-			kmg_cp16_wait<1>();
+			kmg_bytes_tile_load(a, xbs, (it & 1) ? buf0 : buf1, r1,
+								(int) (rend - r1 < KMG_BYTES_TR ? rend - r1 : KMG_BYTES_TR),
+								&s_mbar[(it + 1) & 1]);
+			kmg_bytes_tile_prefetch(a, xbs, r1 + KMG_BYTES_TR, rend);
 		}
 		else
-			kmg_cp16_wait<0>();
-		__syncthreads();		/* this tile is in place for every thread */
+			/* the last tile: the close calls' centroids into the other buffer meanwhile */
+			kmg_bytes_centroids_load(tid, a, (float *) ((it & 1) ? buf0 : buf1), a.dp + 4);
+		kmg_mbar_wait(&s_mbar[it & 1], (unsigned) (it >> 1) & 1u);	/* this tile is in place */
+		last = cur;
 
 		/* the dots: warp w, rows 16 w .. 16 w + 15 x 2 n-tiles of slots x 2 pieces */
 		{
@@ -578,9 +807,10 @@ kmg_bytes_kernel(kmg_args a)
 			const unsigned xa = kmg_smem_addr(cur + (size_t) (16 * warp + rr + 8 * (q & 1)) * xbs + 16 * (q >> 1));
 			const unsigned cb0 = kmg_smem_addr(cp + (size_t) (8 * (q >> 1) + rr) * xbs + 16 * (q & 1));
 			const unsigned cb1 = cb0 + KMG_BYTES_SLOTS * xbs;
+			const int	wsteps = 16 * warp < rows ? nch : 0;	/* a partial tile's warps past it: none */
 
 #pragma unroll 4
-			for (int ks = 0; ks < nch; ks++)
+			for (int ks = 0; ks < wsteps; ks++)
 			{
 				uint32_t	af[4],
 							b0[4],
@@ -697,6 +927,9 @@ kmg_bytes_kernel(kmg_args a)
 #pragma unroll
 		for (int kk = 0; kk < KMG_BYTES_TR / 32; kk++)
 		{
+			if (32 * kk >= rows)
+				break;			/* a partial tile's rows are all in: the same for the block */
+
 			uint32_t	af[4];
 			int			lb0[4],
 						lb1[4];
@@ -755,62 +988,61 @@ kmg_bytes_kernel(kmg_args a)
 
 	/*
 	 * The block's partial: the warps' accumulators to shared memory (the
-	 * first tile buffer: every copy has landed and been used), C[m][nn] of
+	 * last tile's buffer: every copy has landed and been used), C[m][nn] of
 	 * chunk ch, n-tile j being cluster m, column 32 ch + 4 nn + j; the listed
-	 * rows' bytes added; then out with plain coalesced stores (integers: the
-	 * reduction may add them in any order).
+	 * rows settled and their bytes added there; then out with plain
+	 * coalesced stores (integers: the reduction may add them in any order).
 	 */
 	kmg_cp16_wait<0>();
 	__syncthreads();
 
 	const int	nl = s_nl;
+	const bool	pieces = s_emax < INFINITY;
+	int		   *const ssum = (int *) last;	/* k x xbs */
+	uint8_t    *const room = last == buf0 ? buf1 : buf0;
+	int		   *const out = kmg_bytes_part(a, blockIdx.x);
+	kmg_bytes_listed_row first = {0, 0u, 0};
 
+	if (nl > 0 && pieces)
+		first = kmg_bytes_listed_read(a, list, 0);	/* on its way during the partial's write */
+
+#pragma unroll
+	for (int s = 0; s < 4; s++)
+	{
+		const int	ch = warp + 8 * s;
+
+		if (ch >= nch)
+			continue;
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+			{
+				const int	m = g + 8 * (e >> 1);
+				const int	col = 32 * ch + 4 * (2 * t + (e & 1)) + j;
+
+				if (m < k && col < xbs)
+					ssum[m * xbs + col] = acc2[s][j][e];
+			}
+	}
+	__syncthreads();
 	if (nl > 0)
 	{
-		kmg_bytes_settle_listed(tid, lane, warp, a, list, nl, buf1, scn, s_emax < INFINITY, scnt, moved,
-								nexact);
-		__syncthreads();		/* their labels are written */
+		/* the close calls, with the centroids' floats in the other buffer (16-byte rows of cs) */
+		const int	cs = a.dp + 4;	/* the chains' lanes j and j + 8 on other banks */
+		const float *const sc = (const float *) room;
+		const int	left = pieces ? kmg_bytes_bound_listed(tid, lane, warp, a, list, nl, first, sc, cs, scn,
+														   ssum, scnt, moved, nexact) : nl;
+
+		if (left > 0)
+			kmg_bytes_chain_listed(lane, warp, a, list, left, sc, cs, room + (size_t) k * cs * sizeof(float),
+								   scn, pieces, ssum, scnt, moved, nexact);
 	}
-	{
-		int		   *ssum = (int *) buf0;	/* 16 x xbs */
-		int		   *out = kmg_bytes_part(a, blockIdx.x);
-
-#pragma unroll
-		for (int s = 0; s < 4; s++)
-		{
-			const int	ch = warp + 8 * s;
-
-			if (ch >= nch)
-				continue;
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-				{
-					const int	m = g + 8 * (e >> 1);
-					const int	col = 32 * ch + 4 * (2 * t + (e & 1)) + j;
-
-					if (col < xbs)
-						ssum[m * xbs + col] = acc2[s][j][e];
-				}
-		}
-		__syncthreads();
-		/* the listed rows' bytes, a row at a time (a thread a column: no two add into one cell) */
-		for (int i = 0; i < nl; i++)
-		{
-			const int32_t row = list[i];
-			const int	lab = a.labels[row];
-			const uint8_t *x = a.Xb + (size_t) row * xbs;
-
-			for (int c = tid; c < d; c += KMG_BYTES_NT)
-				ssum[lab * xbs + c] += x[c];
-		}
-		__syncthreads();
-		for (int c = tid; c < k * xbs; c += KMG_BYTES_NT)
-			out[c] = ssum[c];
-		if (tid < k)
-			out[k * xbs + tid] = scnt[tid];
-	}
+	__syncthreads();
+	for (int c = tid; c < k * xbs; c += KMG_BYTES_NT)
+		out[c] = ssum[c];
+	if (tid < k)
+		out[k * xbs + tid] = scnt[tid];
 
 	/* the block's estimate into its slot (warps in order), its counts into the control block */
 	est = kmg_block_counts(est, moved, nexact, &a.ctl->moved, &a.ctl->namb, s_est);
@@ -849,6 +1081,8 @@ kmg_bytes_reduce_kernel(kmg_args a, int nblocks)
 	const size_t stride = (size_t) k * xbs + k;
 	const int  *p0 = kmg_bytes_part(a, 0);
 
+	kmg_grid_wait();			/* launched overlapped: the partials are in after it */
+	kmg_grid_release();
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 	{
@@ -927,13 +1161,13 @@ kmg_bytes_smem(int d)
 
 /*
  * Slots of a->xblist for n rows on at most nblocks blocks: block b lists
- * from b x (its most tiles) x 128, so the blocks' last tiles may reach past
- * n by a tile each.
+ * from b x ceil(n / blocks) (kmg_bytes_block_rows), so the last block's
+ * slots may reach past n by fewer than blocks.
  */
 size_t
 kmg_bytes_list_len(int64_t n, int nblocks)
 {
-	return (size_t) n + (size_t) KMG_BYTES_TR * ((size_t) nblocks + 1);
+	return (size_t) n + (size_t) nblocks;
 }
 
 /*
@@ -982,10 +1216,12 @@ kmg_bytes_nmax(int sms)
  * the blocks' partials), their reduction into a->clus, and the end of the
  * iteration spread over the clusters (update/finalize.cu).  a->Xb, a->xbs,
  * a->xbsq and a->xblist set; nblocks at most a->nblocks (the partials and
- * estimates fit a->part, laid out for the wide pass's doubles).
+ * estimates fit a->part, laid out for the wide pass's doubles).  overlap:
+ * each launch overlaps the one before it (kmg_launch_overlapped): a launch's
+ * latency and the pass's first tile hide under the kernel before.
  */
 cudaError_t
-kmg_bytes_launch(const kmg_args *a, int nblocks, cudaStream_t stream)
+kmg_bytes_launch(const kmg_args *a, int nblocks, int overlap, cudaStream_t stream)
 {
 	const size_t part_bytes = (size_t) a->nblocks * a->k * KMG_CW(a->dp) * sizeof(double);
 	const size_t need = KMG_ROUND_UP((size_t) nblocks * ((size_t) a->k * a->xbs + a->k), 2) * sizeof(int) +
@@ -996,11 +1232,10 @@ kmg_bytes_launch(const kmg_args *a, int nblocks, cudaStream_t stream)
 		a->xbs != kmg_bytes_stride(a->d) || nblocks < 1 || nblocks > a->nblocks || need > part_bytes ||
 		a->n > kmg_bytes_nmax(nblocks))
 		return cudaErrorInvalidValue;
-	kmg_bytes_kernel<<<nblocks, KMG_BYTES_NT, kmg_bytes_smem(a->d), stream>>>(*a);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if ((e = kmg_launch_overlapped(overlap, kmg_bytes_kernel, dim3(nblocks), dim3(KMG_BYTES_NT),
+								   kmg_bytes_smem(a->d), stream, *a)) != cudaSuccess ||
+		(e = kmg_launch_overlapped(overlap, kmg_bytes_reduce_kernel, dim3((a->dp + 1 + 31) / 32, a->k),
+								   dim3(KMG_BYTES_RED_NT), 0, stream, *a, nblocks)) != cudaSuccess)
 		return e;
-	kmg_bytes_reduce_kernel<<<dim3((a->dp + 1 + 31) / 32, a->k), KMG_BYTES_RED_NT, 0, stream>>>(*a, nblocks);
-	if ((e = cudaGetLastError()) != cudaSuccess)
-		return e;
-	return kmg_finalize_spread(a, KMG_FIN_ITER, stream);
+	return kmg_finalize_spread(a, KMG_FIN_ITER, overlap, stream);
 }

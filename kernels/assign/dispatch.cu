@@ -169,16 +169,17 @@ kmg_plan_wide(kmg_assign_plan *p, int64_t n, int dp, int k, const kmg_device *li
 
 /*
  * The wide row's byte pass (bytes.cu) for a fit's iterations; whether the
- * rows are all bytes is known only once they are on the device.
- * KMG_BYTES=0 in the environment keeps the iterations on the floats (the
- * benchmarks time both).
+ * rows are all bytes is known only once they are on the device.  Compute
+ * capability 9 and above (its tiles arrive by bulk copies).  KMG_BYTES=0
+ * in the environment keeps the iterations on the floats (the benchmarks
+ * time both).
  */
 static int
 kmg_plan_bytes(int64_t n, int d, int k, int mode, const kmg_device *lim)
 {
 	return mode == KMG_MODE_ITER && k >= 1 && k <= KMG_BYTES_KMAX && n <= kmg_bytes_nmax(lim->sms) &&
 		kmg_bytes_stride(d) <= KMG_BYTES_DPMAX && kmg_bytes_smem(d) <= lim->smem_optin &&
-		(lim->cc_major == 0 || lim->cc_major >= 8) && !kmg_env_off("KMG_BYTES");
+		(lim->cc_major == 0 || lim->cc_major >= 9) && !kmg_env_off("KMG_BYTES");
 }
 
 /* The direct row: k <= 32, any dp. */
@@ -289,6 +290,7 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	{
 		ok = kmg_plan_wide(&p, n, dp, k, &lim);
 		p.bytes = ok && kmg_plan_bytes(n, d, k, mode, &lim);
+		p.overlap = p.bytes && lim.cc_major >= 9 && !kmg_env_off("KMG_OVERLAP");
 	}
 	else if (path == KMG_PATH_DIRECT)
 		ok = kmg_plan_direct(&p, n, dp, k, mode, &lim);
@@ -395,7 +397,7 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 	{
 		/* rows that are all bytes: the pass, its reduction and the end (bytes.cu) */
 		if (plan->bytes && mode == KMG_MODE_ITER && a->Xb != NULL)
-			return kmg_bytes_launch(a, plan->sms < a->nblocks ? plan->sms : a->nblocks, stream);
+			return kmg_bytes_launch(a, plan->sms < a->nblocks ? plan->sms : a->nblocks, plan->overlap, stream);
 		if ((e = kmg_fused_launch(a, plan, mode, stream)) != cudaSuccess ||
 			mode != KMG_MODE_ITER || plan->path == KMG_PATH_NARROW)
 			return e;

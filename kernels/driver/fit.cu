@@ -881,10 +881,13 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	KMG_CK(cudaStreamSynchronize(f.s));
 	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
 		fprintf(stderr, "kmg: plan path %d, rows as bytes %s\n", f.sh.plan.path,
-				f.w.a.Xb != NULL ? "yes" : f.sh.plan.bytes ? "no (not all bytes, or weighted)" : "no");
+				f.w.a.Xb == NULL ? (f.sh.plan.bytes ? "no (not all bytes, or weighted)" : "no") :
+				f.sh.plan.overlap ? "yes, launches overlapped" : "yes");
 	if ((st = kmg_report_step(&f, KM_PHASE_PREPARE, 0, 0, rows->n, rows->n, 0.0, err)) != KM_OK)
 		goto done;
 	kmg_make_graph(&f);
+	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+		fprintf(stderr, "kmg: iterations %s\n", f.graph != NULL ? "in graphs" : "launched one by one");
 	if (f.sh.pp)
 	{
 		KMG_CK(kmg_pp_prepare(&f.w.sb, f.sh.dp, dev->sms));
