@@ -428,6 +428,22 @@ kmg_bytes_xq(unsigned xw, const float *sc, int cs, int q, int k, long long (&xq)
 		}
 }
 
+/* kmg_bytes_xq's integers summed over the warp (every lane gets them) */
+static __device__ __forceinline__ void
+kmg_bytes_xq_warp_sum(int k, long long (&xq)[KMG_BYTES_KMAX], unsigned &xx, unsigned &l1)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		xx += __shfl_xor_sync(0xffffffffu, xx, o);
+		l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+#pragma unroll
+		for (int j = 0; j < KMG_BYTES_KMAX; j++)
+			if (j < k)
+				xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
+	}
+}
+
 /* v_j and its bound B_j (above) from the row's integers */
 static __device__ __forceinline__ double
 kmg_bytes_bound_cost(long long xq, unsigned xx, unsigned l1, double cn, double *b)
@@ -531,16 +547,7 @@ kmg_bytes_bound_listed(int tid, int lane, int warp, const kmg_args &a, int32_t *
 			xq[j] = 0;
 		if (tid < dp / 4)
 			kmg_bytes_xq(xw, sc, cs, tid, k, xq, xx, l1);
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			xx += __shfl_xor_sync(0xffffffffu, xx, o);
-			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-#pragma unroll
-			for (int j = 0; j < KMG_BYTES_KMAX; j++)
-				if (j < k)
-					xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
-		}
+		kmg_bytes_xq_warp_sum(k, xq, xx, l1);
 		if (lane == 0)
 		{
 #pragma unroll
@@ -652,15 +659,7 @@ kmg_bytes_chain_listed(int lane, int warp, const kmg_args &a, const int32_t *lis
 		if (pieces)
 			for (int q = lane; q < dp / 4; q += 32)
 				kmg_bytes_xq(*reinterpret_cast<const unsigned *>(sx + 4 * q), sc, cs, q, k, xq, xx, l1);
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			xx += __shfl_xor_sync(0xffffffffu, xx, o);
-			l1 += __shfl_xor_sync(0xffffffffu, l1, o);
-#pragma unroll
-			for (int j = 0; j < KMG_BYTES_KMAX; j++)
-				xq[j] += __shfl_xor_sync(0xffffffffu, xq[j], o);
-		}
+		kmg_bytes_xq_warp_sum(k, xq, xx, l1);
 
 		/* the best cost, the bound, and the lane's own cost */
 		double		v1 = INFINITY,
