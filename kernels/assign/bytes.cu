@@ -85,21 +85,6 @@ kmg_mma_u8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-static __device__ __forceinline__ uint32_t
-kmg_prmt(uint32_t a, uint32_t b, uint32_t s)
-{
-	uint32_t	r;
-
-	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
-	return r;
-}
-
-static __device__ __forceinline__ unsigned
-kmg_smem_addr(const void *p)
-{
-	return (unsigned) __cvta_generic_to_shared(p);
-}
-
 /* Shared memory of one block (bytes from the start), for row stride xbs. */
 typedef struct kmg_bytes_layout
 {
@@ -319,7 +304,12 @@ static __device__ __forceinline__ void
 kmg_bytes_tile_load(const kmg_args &a, int xbs, uint8_t *buf, int64_t r0, int rows, uint64_t *mbar)
 {
 	if (threadIdx.x == 0)
-		kmg_bulk_copy(buf, a.Xb + (size_t) r0 * xbs, (unsigned) rows * (unsigned) xbs, mbar);
+	{
+		const unsigned bytes = (unsigned) rows * (unsigned) xbs;
+
+		kmg_mbar_expect(kmg_smem_addr(mbar), bytes);
+		kmg_bulk_copy(kmg_smem_addr(buf), a.Xb + (size_t) r0 * xbs, bytes, kmg_smem_addr(mbar));
+	}
 }
 
 /*
@@ -739,8 +729,8 @@ kmg_bytes_kernel(kmg_args a)
 	 */
 	if (tid == 0)
 	{
-		kmg_mbar_init(&s_mbar[0]);
-		kmg_mbar_init(&s_mbar[1]);
+		kmg_mbar_init(kmg_smem_addr(&s_mbar[0]));
+		kmg_mbar_init(kmg_smem_addr(&s_mbar[1]));
 	}
 	if (rbeg < rend)
 		kmg_bytes_tile_load(a, xbs, buf0, rbeg, (int) (rend - rbeg < KMG_BYTES_TR ? rend - rbeg : KMG_BYTES_TR),
@@ -751,7 +741,7 @@ kmg_bytes_kernel(kmg_args a)
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 	{
 		if (rbeg < rend)
-			kmg_mbar_wait(&s_mbar[0], 0);	/* no copy outlives the block */
+			kmg_mbar_wait(kmg_smem_addr(&s_mbar[0]), 0);	/* no copy outlives the block */
 		return;
 	}
 	if (tid == 0)
@@ -782,7 +772,7 @@ kmg_bytes_kernel(kmg_args a)
 				if (rl < rows)
 					pold[h] = a.labels[r0 + rl];
 			}
-		kmg_fence_async_shared();	/* this thread's reads of the other buffer, before its copy */
+		kmg_fence_proxy_async();	/* this thread's reads of the other buffer, before its copy */
 		__syncthreads();		/* the other buffer's tile is done with */
 		if (r1 < rend)
 		{
@@ -794,7 +784,7 @@ kmg_bytes_kernel(kmg_args a)
 		else
 			/* the last tile: the close calls' centroids into the other buffer meanwhile */
 			kmg_bytes_centroids_load(tid, a, (float *) ((it & 1) ? buf0 : buf1), a.dp + 4);
-		kmg_mbar_wait(&s_mbar[it & 1], (unsigned) (it >> 1) & 1u);	/* this tile is in place */
+		kmg_mbar_wait(kmg_smem_addr(&s_mbar[it & 1]), (unsigned) (it >> 1) & 1u);	/* this tile is in place */
 		last = cur;
 
 		/* the dots: warp w, rows 16 w .. 16 w + 15 x 2 n-tiles of slots x 2 pieces */
@@ -968,19 +958,19 @@ kmg_bytes_kernel(kmg_args a)
 				}
 
 				/* 4 x 4 byte transposes: column 4 g + j of the four rows */
-				const uint32_t lo01 = kmg_prmt(w0[0], w0[1], 0x5140),
-							lo23 = kmg_prmt(w0[2], w0[3], 0x5140),
-							hi01 = kmg_prmt(w0[0], w0[1], 0x7362),
-							hi23 = kmg_prmt(w0[2], w0[3], 0x7362);
-				const uint32_t mlo01 = kmg_prmt(w1[0], w1[1], 0x5140),
-							mlo23 = kmg_prmt(w1[2], w1[3], 0x5140),
-							mhi01 = kmg_prmt(w1[0], w1[1], 0x7362),
-							mhi23 = kmg_prmt(w1[2], w1[3], 0x7362);
+				const uint32_t lo01 = __byte_perm(w0[0], w0[1], 0x5140),
+							lo23 = __byte_perm(w0[2], w0[3], 0x5140),
+							hi01 = __byte_perm(w0[0], w0[1], 0x7362),
+							hi23 = __byte_perm(w0[2], w0[3], 0x7362);
+				const uint32_t mlo01 = __byte_perm(w1[0], w1[1], 0x5140),
+							mlo23 = __byte_perm(w1[2], w1[3], 0x5140),
+							mhi01 = __byte_perm(w1[0], w1[1], 0x7362),
+							mhi23 = __byte_perm(w1[2], w1[3], 0x7362);
 
-				kmg_mma_u8(acc2[s][0], af, kmg_prmt(lo01, lo23, 0x5410), kmg_prmt(mlo01, mlo23, 0x5410));
-				kmg_mma_u8(acc2[s][1], af, kmg_prmt(lo01, lo23, 0x7632), kmg_prmt(mlo01, mlo23, 0x7632));
-				kmg_mma_u8(acc2[s][2], af, kmg_prmt(hi01, hi23, 0x5410), kmg_prmt(mhi01, mhi23, 0x5410));
-				kmg_mma_u8(acc2[s][3], af, kmg_prmt(hi01, hi23, 0x7632), kmg_prmt(mhi01, mhi23, 0x7632));
+				kmg_mma_u8(acc2[s][0], af, __byte_perm(lo01, lo23, 0x5410), __byte_perm(mlo01, mlo23, 0x5410));
+				kmg_mma_u8(acc2[s][1], af, __byte_perm(lo01, lo23, 0x7632), __byte_perm(mlo01, mlo23, 0x7632));
+				kmg_mma_u8(acc2[s][2], af, __byte_perm(hi01, hi23, 0x5410), __byte_perm(mhi01, mhi23, 0x5410));
+				kmg_mma_u8(acc2[s][3], af, __byte_perm(hi01, hi23, 0x7632), __byte_perm(mhi01, mhi23, 0x7632));
 			}
 		}
 	}

@@ -24,7 +24,7 @@
  *	  iterations, l2,	when kmg_rows_setup finds		(images): a quarter of the
  *	  unweighted, k <=	every value a byte; the			bytes, dots on the integer
  *	  15, d <= 800		labels-only passes stay on		tensor cores (compute capability
- *						wide.cu							8.0 on), integer sums; 800: two
+ *						wide.cu							9.0 on), integer sums; 800: two
  *													128-row tiles in shared memory;
  *													15: the 16th slot holds ones.
  *	k <= 32 (other dp)	direct.cu (KB 4/8/12/16/24/32;	the centroids fit a register
@@ -290,7 +290,7 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	{
 		ok = kmg_plan_wide(&p, n, dp, k, &lim);
 		p.bytes = ok && kmg_plan_bytes(n, d, k, mode, &lim);
-		p.overlap = p.bytes && lim.cc_major >= 9 && !kmg_env_off("KMG_OVERLAP");
+		p.overlap = p.bytes && !kmg_env_off("KMG_OVERLAP");	/* kmg_plan_bytes: compute capability 9 */
 	}
 	else if (path == KMG_PATH_DIRECT)
 		ok = kmg_plan_direct(&p, n, dp, k, mode, &lim);

@@ -861,40 +861,6 @@ kmg_wg_wait()
 	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-/* an mbarrier at shared address mb: made for one arrival */
-__device__ __forceinline__ void
-kmg_mbar_init(unsigned mb)
-{
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mb) : "memory");
-}
-
-/*
- * bytes from global src to shared dst (both 16-byte aligned, a multiple of
- * 16 bytes) by the copy engine, counted on mbarrier mb
- */
-__device__ __forceinline__ void
-kmg_bulk_copy(unsigned dst, const void *src, unsigned bytes, unsigned mb)
-{
-	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-				 ::"r"(dst), "l"(src), "r"(bytes), "r"(mb) : "memory");
-}
-
-/* mb's phase completes once its one arrival and bytes of copies are in */
-__device__ __forceinline__ void
-kmg_mbar_expect(unsigned mb, unsigned bytes)
-{
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
-}
-
-/* wait until mb's phase of this parity has completed */
-__device__ __forceinline__ void
-kmg_mbar_wait(unsigned mb, unsigned parity)
-{
-	asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-				 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-				 "@!p bra WAIT_%=;\n}\n" ::"r"(mb), "r"(parity) : "memory");
-}
-
 /* the 128 threads of warpgroup wg (named barrier 1 + wg) */
 __device__ __forceinline__ void
 kmg_wg_bar(int wg)
@@ -905,12 +871,6 @@ kmg_wg_bar(int wg)
 		asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
-/* cp.async's writes, seen by the tensor cores' (async proxy) reads */
-__device__ __forceinline__ void
-kmg_fence_proxy_async()
-{
-	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 #endif
 
 /*

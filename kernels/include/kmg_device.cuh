@@ -10,8 +10,8 @@
  *	- cp.async copies global -> shared (kmg_cp16, kmg_cp16_zfill,
  *	  kmg_cp16_zfill_at, kmg_cp4_at, kmg_cp16_commit, kmg_cp16_wait),
  *	  prefetches into L2 (kmg_prefetch_l2), and sm_90's bulk copies that
- *	  signal a shared-memory barrier (kmg_mbar_init, kmg_bulk_copy,
- *	  kmg_mbar_wait);
+ *	  signal a shared-memory barrier (kmg_mbar_init, kmg_mbar_expect,
+ *	  kmg_bulk_copy, kmg_mbar_wait, kmg_fence_proxy_async; kmg_smem_addr);
  *	- tensor-core fragments from shared memory (kmg_ldsm4);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
@@ -238,69 +238,74 @@ kmg_prefetch_l2(const void *gmem, unsigned bytes)
 }
 
 /*
- * One thread's bulk copy of bytes (a multiple of 16, both ends 16-byte
- * aligned) global -> shared by the copy engine, in place of a block's
- * worth of 16-byte cp.async (whose issue, each thread's operands held until
- * the copy reads them, stalls the issuing warps): kmg_bulk_copy arms the
- * barrier mbar for the bytes and starts the copy; every thread that reads
- * the data first waits in kmg_mbar_wait for the barrier's phase of that
- * use (0 for its first use, then 1, 0, ...).  kmg_mbar_init (one thread,
- * then a block barrier before any use) makes mbar a barrier of one
- * arrival.  sm_90 and later: on older devices these trap, and the
- * dispatch does not plan their kernels there.
+ * Bulk copies global -> shared by the copy engine, one thread issuing a
+ * whole slice or tile (a block's 16-byte cp.async, each thread's operands
+ * held until the copy reads them, stalls the issuing warps), counted on a
+ * shared-memory barrier (mbarrier) whose readers wait for the phase of
+ * their use (0 for its first use, then 1, 0, ...).  Shared-window
+ * addresses (kmg_smem_addr).  kmg_mbar_init: one thread, then a block
+ * barrier before any other thread waits; kmg_mbar_expect arms the phase
+ * for the bytes the copies will bring (with its one arrival), then
+ * kmg_bulk_copy (both ends 16-byte aligned, a multiple of 16 bytes).
+ * kmg_fence_proxy_async: a thread's ordinary accesses to shared memory,
+ * ordered before later bulk copies or tensor-core reads of it (then a
+ * block barrier).  sm_90 and later: on older devices these trap, and the
+ * dispatch does not plan their kernels there.  Used by assign/screen.cu
+ * and assign/bytes.cu.
  */
+__device__ __forceinline__ unsigned
+kmg_smem_addr(const void *p)
+{
+	return (unsigned) __cvta_generic_to_shared(p);
+}
+
 __device__ __forceinline__ void
-kmg_mbar_init(uint64_t *mbar)
+kmg_mbar_init(unsigned mb)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
-
 	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
 				 "fence.mbarrier_init.release.cluster;\n"
-				 "fence.proxy.async.shared::cta;\n"::"r"(m):"memory");
+				 "fence.proxy.async.shared::cta;\n"::"r"(mb):"memory");
 #else
 	__trap();
 #endif
 }
 
 __device__ __forceinline__ void
-kmg_bulk_copy(void *smem, const void *gmem, unsigned bytes, uint64_t *mbar)
+kmg_mbar_expect(unsigned mb, unsigned bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	const unsigned s = (unsigned) __cvta_generic_to_shared(smem);
-	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"::"r"(mb), "r"(bytes):"memory");
+#else
+	__trap();
+#endif
+}
 
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"::"r"(m), "r"(bytes):"memory");
+__device__ __forceinline__ void
+kmg_bulk_copy(unsigned dst, const void *src, unsigned bytes, unsigned mb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-				 ::"r"(s), "l"(gmem), "r"(bytes), "r"(m):"memory");
+				 ::"r"(dst), "l"(src), "r"(bytes), "r"(mb):"memory");
 #else
 	__trap();
 #endif
 }
 
 __device__ __forceinline__ void
-kmg_mbar_wait(uint64_t *mbar, unsigned phase)
+kmg_mbar_wait(unsigned mb, unsigned parity)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	const unsigned m = (unsigned) __cvta_generic_to_shared(mbar);
-	unsigned	done = 0;
-
-	while (!done)
-		asm volatile("{\n.reg .pred p;\n"
-					 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-					 "selp.u32 %0, 1, 0, p;\n}\n"
-					 :"=r"(done):"r"(m), "r"(phase):"memory");
+	asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+				 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+				 "@!p bra WAIT_%=;\n}\n"::"r"(mb), "r"(parity):"memory");
 #else
 	__trap();
 #endif
 }
 
-/*
- * Before a bulk copy into shared memory that this thread read or wrote
- * through the ordinary path (then a block barrier, then the copy).
- */
 __device__ __forceinline__ void
-kmg_fence_async_shared()
+kmg_fence_proxy_async()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("fence.proxy.async.shared::cta;\n":::"memory");
