@@ -124,6 +124,7 @@ size_t		kmg_direct_acc_bytes(int dp, int k);
 int			kmg_bytes_stride(int d);
 size_t		kmg_bytes_smem(int d);
 size_t		kmg_bytes_list_len(int64_t n, int nblocks);
+size_t		kmg_bytes_end_bytes(int d, int k);
 cudaError_t kmg_bytes_rows(const float *X, int64_t n, int d, int dp, uint8_t *Xb,
 						   unsigned long long *scratch, int sms, unsigned long long *nbad,
 						   double *sumsq, cudaStream_t stream);

@@ -29,9 +29,9 @@
  *
  * Why the sums are exact and order-free: a tile's clusters' 0/1 indicator
  * times its rows on the same u8 mma gives int32 sums; each block writes
- * its partial (plain stores), kmg_bytes_reduce_kernel adds them as
- * integers; the means are then km_ddiv(sum, count) as in the CPU engine, so
- * any row order or split gives the same bits.
+ * its partial (plain stores), kmg_bytes_end_kernel adds them as integers;
+ * the means are then km_ddiv(sum, count) as in the CPU engine, so any row
+ * order or split gives the same bits.
  *
  * Why it is fast (Fashion-MNIST, 70000 x 784 x 10: 55 MB of bytes against
  * 220 MB of floats; kernels/bench/NOTES.md, "Rows as bytes in the engine"):
@@ -55,16 +55,20 @@
  *	  (kmg_launch_overlapped) the first tile on its way before the kernel
  *	  before has ended: the pass's blocks start about 10 us before the
  *	  finalize ends;
- *	- the end of the iteration in two more launches, each spread over many
- *	  blocks: the partials' reduction (6 us) and kmg_finalize_spread (10 us;
- *	  one block's finalize took 30-38 us at d = 784).
+ *	- the end of the iteration in one more launch spread over (d / 32) x k
+ *	  blocks (one block's finalize took 30-38 us at d = 784; a reduction
+ *	  and a finalize on k blocks 6 + 10 us), which also lays out the next
+ *	  pass's centroid pieces: that pass's prologue is one bulk copy instead
+ *	  of every block converting the centroids' floats (E 3 us faster).
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
 #include "assign/assign.cuh"
 #include "update/update.cuh"
+#include "update/finalize_block.cuh"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define KMG_BYTES_NT 256
 #define KMG_BYTES_TR 128		/* rows a tile: 8 warps x 16 */
@@ -137,6 +141,54 @@ kmg_bytes_est(const kmg_args &a, int nblocks)
 	const size_t ints = (size_t) nblocks * ((size_t) a.k * a.xbs + a.k);
 
 	return reinterpret_cast<double *>(reinterpret_cast<int *>(a.part) + KMG_ROUND_UP(ints, 2));
+}
+
+/*
+ * a.xbend, the end of the iteration's room (kmg_bytes_end_kernel): each of
+ * its blocks' part of |c_j|^2 and largest piece error (k x 32 slots each),
+ * the largest piece error over the clusters, and the centroids' pieces as
+ * the pass's prologue lays them out in shared memory (the layout's cp), so
+ * that the next pass takes them in one bulk copy.
+ */
+typedef struct kmg_bytes_end_layout
+{
+	size_t		norms;			/* k x 32 doubles */
+	size_t		errs;			/* k x 32 floats */
+	size_t		emax;			/* a float */
+	size_t		pieces;			/* 2 x 16 x xbs + 32 bytes, 16-byte aligned */
+	size_t		total;
+} kmg_bytes_end_layout;
+
+static __host__ __device__ kmg_bytes_end_layout
+kmg_bytes_end_layout_of(int xbs, int k)
+{
+	kmg_bytes_end_layout E;
+
+	E.norms = 0;
+	E.errs = E.norms + (size_t) k * 32 * sizeof(double);
+	E.emax = E.errs + (size_t) k * 32 * sizeof(float);
+	E.pieces = KMG_ROUND_UP(E.emax + sizeof(float), 16);
+	E.total = E.pieces + (size_t) 2 * KMG_BYTES_SLOTS * xbs + 32;
+	return E;
+}
+
+/*
+ * A centroid's value as the pass uses it: q = rint(256 c) (hi and lo byte
+ * pieces), its error |c - q / 256| into err; outside [0, 255] (NaN too)
+ * q = 0 and err infinite: no certificate, every row is settled.
+ */
+static __device__ __forceinline__ uint32_t
+kmg_bytes_piece(float c, float &err)
+{
+	if (c >= 0.0f && c <= 255.0f)
+	{
+		const uint32_t q = (uint32_t) rintf(c * 256.0f);	/* c * 256: exact */
+
+		err = fmaxf(err, fabsf(c - (float) q * (1.0f / 256.0f)));
+		return q;
+	}
+	err = INFINITY;
+	return 0;
 }
 
 /* ---- the copy of the rows ---- */
@@ -214,7 +266,7 @@ kmg_bytes_centroids_load(int tid, const kmg_args &a, float *sc, int cs)
  */
 static __device__ __forceinline__ void
 kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, double *scn,
-				   float *s_emax)
+				   float *s_emax, bool built, uint64_t *mbar)
 {
 	const int	d = a.d,
 				dp = a.dp,
@@ -223,6 +275,28 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, 
 	const int	xq = xbs / 4;
 	float		err = 0.0f;
 
+	if (tid < KMG_BYTES_SLOTS)
+	{
+		scnt[tid] = 0;
+		/* |c|^2 as the end of the last iteration left it (kmg_bytes_end_kernel, finalize.cu) */
+		scn[tid] = tid < k ? a.cnorm[tid] : INFINITY;
+	}
+	if (built)
+	{
+		/* the end of the last iteration laid them out (kmg_bytes_end_kernel): one bulk copy */
+		if (tid == 0)
+		{
+			const kmg_bytes_end_layout E = kmg_bytes_end_layout_of(xbs, k);
+			const unsigned bytes = (unsigned) (2 * KMG_BYTES_SLOTS * xbs + 32);
+
+			kmg_mbar_expect(kmg_smem_addr(mbar), bytes);
+			kmg_bulk_copy(kmg_smem_addr(cp), a.xbend + E.pieces, bytes, kmg_smem_addr(mbar));
+			*s_emax = *(const volatile float *) (a.xbend + E.emax);
+		}
+		__syncthreads();
+		kmg_mbar_wait(kmg_smem_addr(mbar), 0);
+		return;
+	}
 #pragma unroll 4
 	for (int i = tid; i < KMG_BYTES_SLOTS * xq; i += KMG_BYTES_NT)
 	{
@@ -246,18 +320,10 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, 
 
 				if (col < d)
 				{
-					const float c = cv[u];
+					const uint32_t q = kmg_bytes_piece(cv[u], err);
 
-					if (c >= 0.0f && c <= 255.0f)
-					{
-						const uint32_t q = (uint32_t) rintf(c * 256.0f);	/* c * 256: exact */
-
-						hi |= (q >> 8) << (8 * u);
-						lo |= (q & 255u) << (8 * u);
-						err = fmaxf(err, fabsf(c - (float) q * (1.0f / 256.0f)));
-					}
-					else
-						err = INFINITY;	/* NaN too: no certificate, every row settled */
+					hi |= (q >> 8) << (8 * u);
+					lo |= (q & 255u) << (8 * u);
 				}
 			}
 		}
@@ -266,13 +332,8 @@ kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, 
 	}
 	if (tid < 32)
 		cp[2 * KMG_BYTES_SLOTS * xbs + tid] = 0;
-	if (tid < KMG_BYTES_SLOTS)
-		scnt[tid] = 0;
 	if (tid == 0)
 		*s_emax = 0.0f;
-	/* |c|^2 as the end of the last iteration left it (finalize.cu, finalize_block.cuh) */
-	if (tid < KMG_BYTES_SLOTS)
-		scn[tid] = tid < k ? a.cnorm[tid] : INFINITY;
 	__syncthreads();
 	/* the errors are >= 0 (or +INF): their bits order as they do */
 	for (int o = 16; o > 0; o >>= 1)
@@ -706,7 +767,7 @@ kmg_bytes_kernel(kmg_args a)
 	__shared__ float s_emax;
 	__shared__ double s_est[KMG_BYTES_NT / 32];
 	__shared__ int s_nl;
-	__shared__ uint64_t s_mbar[2];	/* the tile buffers' barriers */
+	__shared__ uint64_t s_mbar[3];	/* the tile buffers' barriers, the centroids' pieces' */
 	const int	tid = threadIdx.x,
 				lane = tid & 31,
 				warp = tid >> 5,
@@ -731,6 +792,7 @@ kmg_bytes_kernel(kmg_args a)
 	{
 		kmg_mbar_init(kmg_smem_addr(&s_mbar[0]));
 		kmg_mbar_init(kmg_smem_addr(&s_mbar[1]));
+		kmg_mbar_init(kmg_smem_addr(&s_mbar[2]));
 	}
 	if (rbeg < rend)
 		kmg_bytes_tile_load(a, xbs, buf0, rbeg, (int) (rend - rbeg < KMG_BYTES_TR ? rend - rbeg : KMG_BYTES_TR),
@@ -746,7 +808,8 @@ kmg_bytes_kernel(kmg_args a)
 	}
 	if (tid == 0)
 		s_nl = 0;				/* before the prologue's barriers */
-	kmg_bytes_prologue(tid, a, xbs, cp, scnt, scn, &s_emax);
+	kmg_bytes_prologue(tid, a, xbs, cp, scnt, scn, &s_emax,
+					   *(volatile int *) &a.ctl->pieces == *(volatile int *) &a.ctl->iter + 1, &s_mbar[2]);
 
 	const double emax4 = 4.0 * (double) s_emax * (1.0 + 1e-6);
 	int			acc2[4][4][4] = {};	/* sums: chunk slot, n-tile, fragment */
@@ -1039,97 +1102,233 @@ kmg_bytes_kernel(kmg_args a)
 		kmg_bytes_est(a, gridDim.x)[blockIdx.x] = est;
 }
 
-/*
- * The cluster sums from the blocks' partials (integers, exact in any
- * order) into a.clus: 32 columns of cluster blockIdx.y a block, each
- * column's blocks split into 8 slices (b = slice, slice + 8, ...) summed by
- * the 8 warps, then the slices added (about 17 loads a thread, all in
- * flight, instead of the 132 of a thread a column); column dp is the
- * cluster's count (w and count, and ctl->nempty counted); block (0, 0)
- * also the estimate (the blocks' slots in a fixed tree, plus sum |x|^2;
- * cluster 0's slot).  The end of the iteration is then
- * kmg_finalize_spread's (update/finalize.cu), which reads these.  (The
- * means and decisions in this kernel's last block instead took as long:
- * 15.9 against 6.0 + 10.1 us, NOTES.md.)
- */
-#define KMG_BYTES_RED_NT 256
+#define KMG_BYTES_END_NT 256
 
-__global__ void __launch_bounds__(KMG_BYTES_RED_NT)
-kmg_bytes_reduce_kernel(kmg_args a, int nblocks)
+/*
+ * The end of the iteration in one launch, from the blocks' partials: block
+ * (x, j) adds columns 32 x .. 32 x + 31 of cluster j over the pass's
+ * blocks (integers, exact in any order; the warps take slices of blocks,
+ * about 17 loads a thread, all in flight) and every cluster's count, so
+ * that each block knows whether the centroids move (rows moved, no
+ * cluster empty) and moves its columns of centroid j to their means itself
+ * (kmg_fin_mean, as every finalize does; an integer sum over a positive
+ * count is always finite).  It also lays out those columns' byte pieces as
+ * the next pass's prologue wants them (a.xbend, kmg_bytes_end_layout: that
+ * prologue is then one bulk copy), and puts its part of |c_j|^2 and its
+ * largest piece error in slots.  The last block (ticket after a fence)
+ * adds each cluster's slots in column order into |c_j|^2 and |c_j|, the
+ * blocks' estimates in a fixed tree, and takes the iteration's decisions
+ * (kmg_fin_decide); ctl->pieces says for which iteration the pieces stand.
+ * Before, a reduction and kmg_finalize_kernel on k blocks (two launches,
+ * two waits for the kernel before) and the pieces built by every block of
+ * the pass (kernels/bench/NOTES.md, round 11).
+ */
+__global__ void __launch_bounds__(KMG_BYTES_END_NT)
+kmg_bytes_end_kernel(kmg_args a, int nblocks)
 {
-	__shared__ long long sred[KMG_BYTES_RED_NT / 32][32];
-	__shared__ double s_est[KMG_BYTES_RED_NT / 32];
+	__shared__ long long sred[KMG_BYTES_END_NT / 32][32];
+	__shared__ int s_cnt[KMG_BYTES_KMAX];
+	__shared__ double s_est[KMG_BYTES_END_NT / 32];
+	__shared__ float s_emax[KMG_BYTES_END_NT / 32];
+	__shared__ int s_last;
+	kmg_ctl    *ctl = a.ctl;
 	const int	j = blockIdx.y;
-	const int	lane = threadIdx.x & 31,
-				slice = threadIdx.x >> 5;
+	const int	tid = threadIdx.x,
+				lane = tid & 31,
+				slice = tid >> 5;
 	const int	col = blockIdx.x * 32 + lane;
-	const int	dp = a.dp,
+	const int	d = a.d,
+				dp = a.dp,
 				k = a.k,
 				xbs = a.xbs;
 	const int	cw = KMG_CW(dp);
 	const size_t stride = (size_t) k * xbs + k;
 	const int  *p0 = kmg_bytes_part(a, 0);
+	const kmg_bytes_end_layout E = kmg_bytes_end_layout_of(xbs, k);
+	double	   *const norms = reinterpret_cast<double *>(a.xbend + E.norms);
+	float	   *const errs = reinterpret_cast<float *>(a.xbend + E.errs);
+	uint8_t    *const pieces = a.xbend + E.pieces;
 
 	kmg_grid_wait();			/* launched overlapped: the partials are in after it */
 	kmg_grid_release();
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
+	if (*(volatile int *) &ctl->stop != KMG_RUN)
 		return;
 	{
-		/* column dp: the cluster's count */
-		const size_t cell = col < dp ? (size_t) j * xbs + col : (size_t) k * xbs + j;
 		long long	s = 0;
 
-		if (col <= dp)
+		if (col < dp)
 #pragma unroll 8
-			for (int b = slice; b < nblocks; b += KMG_BYTES_RED_NT / 32)
-				s += p0[(size_t) b * stride + cell];
+			for (int b = slice; b < nblocks; b += KMG_BYTES_END_NT / 32)
+				s += p0[(size_t) b * stride + (size_t) j * xbs + col];
 		sred[slice][lane] = s;
 	}
-	if (blockIdx.x == 0 && blockIdx.y == 0)
+	/* every cluster's count, warp w clusters w, w + 8 (a count is at most n: an int) */
+	for (int jj = slice; jj < k; jj += KMG_BYTES_END_NT / 32)
 	{
-		/* the estimate: each lane of a warp a stride of blocks, then a fixed tree */
+		int			c = 0;
+
+		for (int b = lane; b < nblocks; b += 32)
+			c += p0[(size_t) b * stride + (size_t) k * xbs + jj];
+		for (int o = 16; o > 0; o >>= 1)
+			c += __shfl_xor_sync(0xffffffffu, c, o);
+		if (lane == 0)
+			s_cnt[jj] = c;
+	}
+	__syncthreads();
+
+	const int	moved = *(volatile int *) &ctl->moved;
+	int			nempty = 0;
+
+	for (int jj = 0; jj < k; jj++)
+		nempty += s_cnt[jj] == 0;
+
+	const int	change = moved > 0 && nempty == 0;
+
+	if (slice == 0)
+	{
+		long long	s = sred[0][lane];
+		double	   *cl = a.clus + (size_t) j * cw;
+		const double w = (double) s_cnt[j];
+
+		for (int sl = 1; sl < KMG_BYTES_END_NT / 32; sl++)
+			s += sred[sl][lane];
+		if (col < dp)
+			cl[col] = (double) s;
+		if (blockIdx.x == 0 && lane == 0)
+		{
+			cl[dp] = w;			/* w and count */
+			cl[dp + 1] = w;
+			cl[dp + 3] = 0.0;
+		}
+		if (change)
+		{
+			/*
+			 * The mean (Cf is C: the fit is neither centred nor cosine), its
+			 * pieces as the prologue lays them out (cluster 0's blocks also
+			 * the slots past k: zeros, and ones in slot 15's hi piece), and
+			 * the columns' |c'|^2 and largest piece error.
+			 */
+			float	   *c = a.C + (size_t) j * dp;
+			double		sq = 0.0;
+			float		err = 0.0f;
+			uint32_t	q = 0;
+
+			if (col < d)
+			{
+				float		v = c[col];
+
+				if (!(a.reloc != NULL && a.reloc[j]) && w > 0.0)
+				{
+					v = kmg_fin_mean((double) s, w, 1.0);
+					c[col] = v;
+				}
+				sq = (double) v * (double) v;
+				q = kmg_bytes_piece(v, err);
+			}
+			if (col < xbs)
+			{
+				pieces[(size_t) j * xbs + col] = (uint8_t) (q >> 8);
+				pieces[(size_t) (KMG_BYTES_SLOTS + j) * xbs + col] = (uint8_t) (q & 255u);
+				if (j == 0)
+					for (int sl = k; sl < KMG_BYTES_SLOTS; sl++)
+					{
+						pieces[(size_t) sl * xbs + col] = sl == KMG_BYTES_SLOTS - 1;
+						pieces[(size_t) (KMG_BYTES_SLOTS + sl) * xbs + col] = 0;
+					}
+			}
+			if (j == 0 && blockIdx.x == 0)
+				pieces[(size_t) 2 * KMG_BYTES_SLOTS * xbs + lane] = 0;
+			for (int o = 16; o > 0; o >>= 1)
+			{
+				sq += __shfl_xor_sync(0xffffffffu, sq, o);
+				err = fmaxf(err, __shfl_xor_sync(0xffffffffu, err, o));
+			}
+			if (lane == 0)
+			{
+				norms[(size_t) j * 32 + blockIdx.x] = sq;
+				errs[(size_t) j * 32 + blockIdx.x] = err;
+			}
+		}
+	}
+
+	/* the last block decides */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&ctl->ticket, 1u) == gridDim.x * gridDim.y - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	{
+		/* the estimate: a stride of blocks a lane, a fixed tree, plus sum |x|^2; cluster 0's slot */
 		const double *e = kmg_bytes_est(a, nblocks);
 		double		est = 0.0;
+		float		cmax = 0.0f,
+					emax = 0.0f;
 
-		for (int b = threadIdx.x; b < nblocks; b += KMG_BYTES_RED_NT)
+		for (int b = tid; b < nblocks; b += KMG_BYTES_END_NT)
 			est += e[b];
 		for (int o = 16; o > 0; o >>= 1)
 			est += __shfl_xor_sync(0xffffffffu, est, o);
 		if (lane == 0)
 			s_est[slice] = est;
-	}
-	__syncthreads();
-	if (slice == 0 && col <= dp)
-	{
-		long long	s = sred[0][lane];
-		double	   *cl = a.clus + (size_t) j * cw;
-
-		for (int sl = 1; sl < KMG_BYTES_RED_NT / 32; sl++)
-			s += sred[sl][lane];
-		if (col < dp)
-			cl[col] = (double) s;
-		else
+		if (tid < k)
 		{
-			/* w and count; ctl->nempty is zero until an iteration ends (kmg_fin_decide) */
-			cl[dp] = (double) s;
-			cl[dp + 1] = (double) s;
-			cl[dp + 3] = 0.0;
-			if (s == 0)
-				atomicAdd(&a.ctl->nempty, 1);
-		}
-	}
-	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < k)
-	{
-		double		est = 0.0;
+			if (change)
+			{
+				/* |c'|^2 from the blocks' slots in column order; k <= 15: one warp */
+				const volatile double *nv = norms + (size_t) tid * 32;
+				double		sq = 0.0;
 
-		if (threadIdx.x == 0)
-		{
-			est = s_est[0];
-			for (int w = 1; w < KMG_BYTES_RED_NT / 32; w++)
-				est += s_est[w];
-			est += a.xbsq;
+				for (int x = 0; x < (int) gridDim.x; x++)
+					sq += nv[x];
+				a.cnorm[tid] = sq;	/* |c|^2 in double (the next pass's prologue) */
+				a.cn[tid] = (float) sq;
+				cmax = (float) sqrt(sq);
+				a.cnf[tid] = cmax;
+			}
+			if (a.reloc != NULL)
+				a.reloc[tid] = 0;
 		}
-		a.clus[(size_t) threadIdx.x * cw + dp + 2] = est;
+		if (change)
+			/* the largest piece error: the errors are >= 0 (or +INF), so any order */
+			for (int i = tid; i < k * (int) gridDim.x; i += KMG_BYTES_END_NT)
+			{
+				const int	jj = i / gridDim.x;
+
+				emax = fmaxf(emax, *(const volatile float *) &errs[(size_t) jj * 32 + (i - jj * gridDim.x)]);
+			}
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+			emax = fmaxf(emax, __shfl_xor_sync(0xffffffffu, emax, o));
+		}
+		if (lane == 0)
+			s_emax[slice] = emax;
+		__syncthreads();
+		if (tid != 0)
+			return;
+		for (int wv = 1; wv < KMG_BYTES_END_NT / 32; wv++)
+			emax = fmaxf(emax, s_emax[wv]);
+		est = s_est[0];
+		for (int wv = 1; wv < KMG_BYTES_END_NT / 32; wv++)
+			est += s_est[wv];
+		est += a.xbsq;
+		for (int jj = 0; jj < k; jj++)
+			a.clus[(size_t) jj * cw + dp + 2] = jj == 0 ? est : 0.0;
+		{
+			const kmg_ctl snap = kmg_ctl_snapshot(ctl);
+
+			ctl->nempty = nempty;	/* a pause for empty clusters leaves it for the re-seed */
+			ctl->ticket = 0;
+			/* the pieces are the next pass's where the centroids moved here (decide: iter + 1) */
+			if (change)
+				*reinterpret_cast<float *>(a.xbend + E.emax) = emax;
+			ctl->pieces = change ? snap.iter + 2 : 0;
+			kmg_fin_decide(a, KMG_FIN_ITER, moved, nempty, change, cmax, 0, est, snap,
+						   a.bounded ? *(volatile int *) &a.bs->nlist : -1);
+		}
 	}
 }
 
@@ -1185,6 +1384,13 @@ kmg_bytes_rows(const float *X, int64_t n, int d, int dp, uint8_t *Xb, unsigned l
 	return cudaSuccess;
 }
 
+/* Bytes of a->xbend, the end of the iterations' room (kmg_bytes_end_kernel), for d and k. */
+size_t
+kmg_bytes_end_bytes(int d, int k)
+{
+	return kmg_bytes_end_layout_of(kmg_bytes_stride(d), k).total;
+}
+
 /* Once per call: the pass's shared memory limit (its grid is one block an SM). */
 cudaError_t
 kmg_bytes_prepare(int d)
@@ -1201,30 +1407,31 @@ kmg_bytes_nmax(int sms)
 }
 
 /*
- * One Lloyd iteration on the byte rows, three launches: the pass (labels,
- * the blocks' partials), their reduction into a->clus, and the end of the
- * iteration spread over the clusters (update/finalize.cu).  a->Xb, a->xbs,
- * a->xbsq and a->xblist set; nblocks at most a->nblocks (the partials and
- * estimates fit a->part, laid out for the wide pass's doubles).  overlap:
- * each launch overlaps the one before it (kmg_launch_overlapped): a launch's
- * latency and the pass's first tile hide under the kernel before.
+ * One Lloyd iteration on the byte rows, two launches: the pass (labels,
+ * the blocks' partials) and the end of the iteration (kmg_bytes_end_kernel:
+ * the partials' sums into a->clus, the means, the next pass's pieces, the
+ * decisions).  a->Xb, a->xbs, a->xbsq, a->xblist and a->xbend set; nblocks
+ * at most a->nblocks (the partials and estimates fit a->part, laid out for
+ * the wide pass's doubles).  overlap: each launch overlaps the one before
+ * it (kmg_launch_overlapped): a launch's latency and the pass's first tile
+ * hide under the kernel before.
  */
 cudaError_t
 kmg_bytes_launch(const kmg_args *a, int nblocks, int overlap, cudaStream_t stream)
 {
 	const size_t part_bytes = (size_t) a->nblocks * a->k * KMG_CW(a->dp) * sizeof(double);
+	const int	ncb = (a->dp + 31) / 32;
 	const size_t need = KMG_ROUND_UP((size_t) nblocks * ((size_t) a->k * a->xbs + a->k), 2) * sizeof(int) +
 		(size_t) nblocks * sizeof(double);
 	cudaError_t e;
 
-	if (a->Xb == NULL || a->xblist == NULL || a->W != NULL || a->cosine || a->k > KMG_BYTES_KMAX ||
-		a->xbs != kmg_bytes_stride(a->d) || nblocks < 1 || nblocks > a->nblocks || need > part_bytes ||
-		a->n > kmg_bytes_nmax(nblocks))
+	if (a->Xb == NULL || a->xblist == NULL || a->xbend == NULL || a->W != NULL || a->cosine ||
+		a->k > KMG_BYTES_KMAX || a->xbs != kmg_bytes_stride(a->d) || ncb > 32 || nblocks < 1 ||
+		nblocks > a->nblocks || need > part_bytes || a->n > kmg_bytes_nmax(nblocks))
 		return cudaErrorInvalidValue;
 	if ((e = kmg_launch_overlapped(overlap, kmg_bytes_kernel, dim3(nblocks), dim3(KMG_BYTES_NT),
-								   kmg_bytes_smem(a->d), stream, *a)) != cudaSuccess ||
-		(e = kmg_launch_overlapped(overlap, kmg_bytes_reduce_kernel, dim3((a->dp + 1 + 31) / 32, a->k),
-								   dim3(KMG_BYTES_RED_NT), 0, stream, *a, nblocks)) != cudaSuccess)
+								   kmg_bytes_smem(a->d), stream, *a)) != cudaSuccess)
 		return e;
-	return kmg_finalize_spread(a, KMG_FIN_ITER, overlap, stream);
+	return kmg_launch_overlapped(overlap, kmg_bytes_end_kernel, dim3(ncb, a->k), dim3(KMG_BYTES_END_NT), 0,
+								 stream, *a, nblocks);
 }

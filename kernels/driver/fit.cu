@@ -23,8 +23,8 @@
  * screen decides only those):
  *	small k:      kmg_assign_pass: the narrow kernel alone (its last block
  *	              ends the iteration); on rows that are all bytes the byte
- *	              kernel -> its reduction -> kmg_finalize_spread; or the
- *	              wide or direct kernel ->
+ *	              kernel -> kmg_bytes_end_kernel (the sums, the means, the
+ *	              decisions); or the wide or direct kernel ->
  *	              kmg_reduce_finalize (whose last block ends the iteration)
  *	otherwise:    kmg_assign_pass: km_filter_prepare -> km_filter_top2
  *	              (skipped when the run has stopped) -> kmg_classify ->

@@ -169,6 +169,7 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 			w->xb = (uint8_t *) kmg_carve(&c, (size_t) n * xbs);
 			w->a.xblist = (int32_t *) kmg_carve(&c, kmg_bytes_list_len(n, sh->plan.nblocks) *
 												 sizeof(int32_t));
+			w->a.xbend = (uint8_t *) kmg_carve(&c, kmg_bytes_end_bytes(sh->d, k));
 		}
 	}
 	w->a.ctl = (kmg_ctl *) kmg_carve(&c, sizeof(kmg_ctl));

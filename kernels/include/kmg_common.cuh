@@ -120,6 +120,8 @@ typedef struct kmg_ctl
 	unsigned int ticket;		/* last-block detection of finalize */
 	float		cmax;			/* max_j |c'_j| of the current centroids */
 	unsigned int ticket2;		/* last-block detection of the fused passes */
+	int			pieces;			/* byte pass: 1 + iter when the end of iteration iter built its
+								 * centroids' pieces (assign/bytes.cu), else 0 */
 	double		tol;
 } kmg_ctl;
 
@@ -266,13 +268,15 @@ typedef struct kmg_args
 	 * integers in 0..255, unweighted l2, on the wide plan with k <= 15:
 	 * Xb n x xbs bytes (zeros past d), xbsq = sum |x|^2 over the rows
 	 * (exact), xblist its blocks' close calls (kmg_bytes_list_len slots);
-	 * its blocks' partial sums go to part.  Xb NULL: the
-	 * iterations run on the floats.
+	 * its blocks' partial sums go to part; xbend: the end of its
+	 * iterations' room (kmg_bytes_end_bytes).  Xb NULL: the iterations run
+	 * on the floats.
 	 */
 	const uint8_t *Xb;
 	int			xbs;
 	double		xbsq;
 	int32_t    *xblist;
+	uint8_t    *xbend;
 
 	/* the order-free inertia of the final pass (km_fixsum.h); UNSET: double sums */
 	int			ishift;

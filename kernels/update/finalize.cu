@@ -69,9 +69,6 @@ kmg_finalize_kernel(kmg_args a, int mode)
 				nempty = 0,
 				change;
 
-	/* launched overlapped (kmg_finalize_spread): the sums are in after the wait */
-	kmg_grid_wait();
-	kmg_grid_release();
 	if (mode == KMG_FIN_ITER && *(volatile int *) &ctl->stop != KMG_RUN)
 		return;
 	if (mode != KMG_FIN_SETUP)
@@ -268,22 +265,6 @@ kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream)
 	else
 		kmg_finalize_kernel<<<a->k, KMG_FIN_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
-}
-
-/*
- * The end of an iteration on k blocks for any k (kmg_finalize takes one
- * block up to KMG_FIN1_KMAX): for a pass whose clusters are few but wide,
- * where one block's walk over k x d columns, warp by warp, would be the
- * iteration's longest step (assign/bytes.cu: 10.1 against about 30 us at
- * 784 x 10 on an H200).  The same centroids, bit for bit; |c'|^2 is summed
- * in another fixed order.  overlap: launched to overlap the kernel before it
- * (kmg_launch_overlapped, kmg_device.cuh), which the kernel then waits for.
- */
-cudaError_t
-kmg_finalize_spread(const kmg_args *a, int mode, int overlap, cudaStream_t stream)
-{
-	return kmg_launch_overlapped(overlap, kmg_finalize_kernel, dim3(a->k), dim3(KMG_FIN_NT), 0, stream,
-								 *a, mode);
 }
 
 /*

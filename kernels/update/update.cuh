@@ -50,7 +50,6 @@ cudaError_t kmg_segment(const kmg_args *a, int mode, int with_sums, cudaStream_t
 #define KMG_FIN1_KMAX 64
 
 cudaError_t kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream);
-cudaError_t kmg_finalize_spread(const kmg_args *a, int mode, int overlap, cudaStream_t stream);
 cudaError_t kmg_reseed(const kmg_args *a, const int32_t *far_rows, cudaStream_t stream);
 
 /* ---- xsums.cu ---- */
