@@ -59,7 +59,8 @@
  *	  blocks (one block's finalize took 30-38 us at d = 784; a reduction
  *	  and a finalize on k blocks 6 + 10 us), which also lays out the next
  *	  pass's centroid pieces: that pass's prologue is one bulk copy instead
- *	  of every block converting the centroids' floats (E 3 us faster).
+ *	  of every block converting the centroids' floats (E's median 2-5 us
+ *	  lower).
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -68,7 +69,6 @@
 #include "update/finalize_block.cuh"
 
 #include <math.h>
-#include <stdlib.h>
 
 #define KMG_BYTES_NT 256
 #define KMG_BYTES_TR 128		/* rows a tile: 8 warps x 16 */
@@ -262,7 +262,10 @@ kmg_bytes_centroids_load(int tid, const kmg_args &a, float *sc, int cs)
  * piece), the largest piece error over the clusters
  * (infinite where a value is outside [0, 255]), and |c|^2 in double as
  * the end of the last iteration left it in a.cnorm (the fit is not
- * centred).
+ * centred).  built: kmg_bytes_end_kernel laid the pieces and their error
+ * out for this iteration (a.xbend), taken in one bulk copy that mbar
+ * signals; else (a run's first iteration, the one after a re-seed) the
+ * floats are converted here.
  */
 static __device__ __forceinline__ void
 kmg_bytes_prologue(int tid, const kmg_args &a, int xbs, uint8_t *cp, int *scnt, double *scn,
