@@ -11,7 +11,7 @@
  *	  and the end of the iteration;
  *	- bytes.cu: a fit's iteration on the wide plan's shapes when every value
  *	  is a byte (kept a second time as bytes: integer tensor cores, integer
- *	  sums), then its reduction and the end of the iteration;
+ *	  sums), then its end kernel (the sums, the means, the decisions);
  *	- filter_gemm.cu (contract: filter_gemm.cuh): the float32 filter for
  *	  larger k, a GEMM fused with a per-row top-2;
  *	- screen.cu: the same filter on tensor cores (float16 or TF32), listing

@@ -53,8 +53,8 @@
  *	  centroids copied during the last tile);
  *	- the tile after next prefetched into L2, and with launches overlapped
  *	  (kmg_launch_overlapped) the first tile on its way before the kernel
- *	  before has ended: the pass's blocks start about 10 us before the
- *	  finalize ends;
+ *	  before has ended: the pass's blocks start about 15 us before the
+ *	  end kernel of the iteration before ends;
  *	- the end of the iteration in one more launch spread over (d / 32) x k
  *	  blocks (one block's finalize took 30-38 us at d = 784; a reduction
  *	  and a finalize on k blocks 6 + 10 us), which also lays out the next
@@ -750,10 +750,10 @@ kmg_bytes_chain_listed(int lane, int warp, const kmg_args &a, const int32_t *lis
 /*
  * The pass (see the file header); MODE_ITER only (a fit's labels-only
  * passes run the wide pass on the floats).  Per tile: the dots and each
- * row's screened best two, the certificate, the close calls settled, then
- * the indicator-times-rows sums; at the end the block's sums, counts and
- * estimate out, and in the last block the cluster sums and the end of the
- * iteration.
+ * row's screened best two, the certificate (the close calls listed), then
+ * the indicator-times-rows sums; after the last tile the close calls
+ * settled, and the block's sums, counts and estimate out for
+ * kmg_bytes_end_kernel, the iteration's end.
  */
 __global__ void __launch_bounds__(KMG_BYTES_NT, 1)
 kmg_bytes_kernel(kmg_args a)
@@ -1046,7 +1046,7 @@ kmg_bytes_kernel(kmg_args a)
 	 * last tile's buffer: every copy has landed and been used), C[m][nn] of
 	 * chunk ch, n-tile j being cluster m, column 32 ch + 4 nn + j; the listed
 	 * rows settled and their bytes added there; then out with plain
-	 * coalesced stores (integers: the reduction may add them in any order).
+	 * coalesced stores (integers: the end kernel may add them in any order).
 	 */
 	kmg_cp16_wait<0>();
 	__syncthreads();

@@ -395,7 +395,7 @@ kmg_assign_pass(const kmg_args *a, const kmg_assign_plan *plan, int mode, void *
 
 	if (kmg_plan_fused(plan))
 	{
-		/* rows that are all bytes: the pass, its reduction and the end (bytes.cu) */
+		/* rows that are all bytes: the pass and its end kernel (bytes.cu) */
 		if (plan->bytes && mode == KMG_MODE_ITER && a->Xb != NULL)
 			return kmg_bytes_launch(a, plan->sms < a->nblocks ? plan->sms : a->nblocks, plan->overlap, stream);
 		if ((e = kmg_fused_launch(a, plan, mode, stream)) != cudaSuccess ||
