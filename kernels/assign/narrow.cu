@@ -134,23 +134,59 @@ typedef struct kmg_narrow_smem
 	int		   *redi;
 } kmg_narrow_smem;
 
-/* Prologue: the centroids into shared memory; rows past k are zeros with +INF norm, never chosen. */
+/*
+ * Prologue: the centroids into shared memory; rows past k are zeros with
+ * +INF norm, never chosen.  In two halves, so that the loads are in flight
+ * with the run's state (kmg_narrow_kernel reads both before it looks at
+ * either): a thread's share into registers, then into shared memory.
+ */
+template <int DP, int KB>
+struct kmg_narrow_cload
+{
+	static constexpr int E = (KB * DP + KMG_NARROW_NT - 1) / KMG_NARROW_NT;	/* elements a thread */
+	float		c2[E];			/* -2 c' */
+	float		cr[E];			/* c */
+	float		cn;				/* |c'|^2 (thread j < KB) */
+	double		cnorm;
+};
+
 template <int DP, int KB>
 __device__ __forceinline__ void
-kmg_narrow_centroids(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int k, int cosine)
+kmg_narrow_centroids_load(int tid, const kmg_args &a, int k, int cosine, kmg_narrow_cload<DP, KB> &cl)
 {
-
-	for (int e = tid; e < KB * DP; e += KMG_NARROW_NT)
+#pragma unroll
+	for (int i = 0; i < cl.E; i++)
 	{
+		const int	e = tid + i * KMG_NARROW_NT;
 		const int	j = e / DP;
+		const bool	in = e < KB * DP && j < k;
 
-		sm.C2[e] = j < k ? -2.0f * a.Cf[(size_t) j * a.dp + e % DP] : 0.0f;
-		sm.Cr[e] = j < k ? a.C[(size_t) j * a.dp + e % DP] : 0.0f;
+		cl.c2[i] = in ? -2.0f * a.Cf[(size_t) j * a.dp + e % DP] : 0.0f;
+		cl.cr[i] = in ? a.C[(size_t) j * a.dp + e % DP] : 0.0f;
 	}
-	for (int j = tid; j < KB; j += KMG_NARROW_NT)
+	cl.cn = tid < k ? a.cn[tid] : INFINITY;
+	cl.cnorm = (tid < k && cosine) ? a.cnorm[tid] : 1.0;
+}
+
+template <int DP, int KB>
+__device__ __forceinline__ void
+kmg_narrow_centroids_store(int tid, const kmg_narrow_smem &sm, const kmg_narrow_cload<DP, KB> &cl)
+{
+#pragma unroll
+	for (int i = 0; i < cl.E; i++)
 	{
-		sm.cn[j] = j < k ? a.cn[j] : INFINITY;
-		sm.cnorm[j] = (j < k && cosine) ? a.cnorm[j] : 1.0;
+		const int	e = tid + i * KMG_NARROW_NT;
+
+		if (e < KB * DP)
+		{
+			sm.C2[e] = cl.c2[i];
+			sm.Cr[e] = cl.cr[i];
+		}
+	}
+	if (tid < KB)
+	{
+		sm.cn[tid] = cl.cn;
+		sm.cnorm[tid] = cl.cnorm;
 	}
 }
 
@@ -825,7 +861,7 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
  */
 template <int DP, int KB, int R>
 __global__ void __launch_bounds__(KMG_NARROW_NT, KMG_NARROW_BPS)
-kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
+kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int groups)
 {
 	extern __shared__ __align__(16) unsigned char kmg_nsmem[];
 	constexpr int TR = KMG_NARROW_NT * R;
@@ -852,16 +888,28 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 	const int	iter = mode == KMG_MODE_ITER;
 	const int	cosine = a.cosine;
 
-	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
-		return;
-
+	/* the run's state and the centroids, asked for together (one round trip, not three) */
+	const int	stop = a.lloyd ? *(volatile int *) &a.ctl->stop : KMG_RUN;
 	const float cmax = a.ctl->cmax;
 	const int	all_exact = a.ctl->all_exact;
+	kmg_narrow_cload<DP, KB> cload;
+
+	kmg_narrow_centroids_load<DP, KB>(tid, a, k, cosine, cload);
+	if (stop != KMG_RUN)
+		return;
+
 	const int64_t n = a.n;
 	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
 	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
 
-	kmg_narrow_centroids<DP, KB>(tid, a, sm, k, cosine);
+	kmg_narrow_centroids_store<DP, KB>(tid, sm, cload);
+
+	/* the rows of a tile, in registers: row = base + r * NT + tid; the first tile's in flight from here */
+	float4		xr[R][DP / 4];
+	int			old[R];
+	float		wr[R];
+
+	kmg_narrow_load<DP, R>(tid, a, r0, r1, iter, xr, old, wr);
 
 	/* cells of the sums: (cluster j, column c), c == d is the weight */
 	const int	ncol = d + 1;
@@ -898,12 +946,6 @@ kmg_narrow_kernel(kmg_args a, int mode, int nstage, int groups)
 	int			moved = 0,
 				nexact = 0;
 
-	/* the rows of a tile, in registers: row = base + r * NT + tid */
-	float4		xr[R][DP / 4];
-	int			old[R];
-	float		wr[R];
-
-	kmg_narrow_load<DP, R>(tid, a, r0, r1, iter, xr, old, wr);
 	for (int64_t base = r0; base < r1; base += TR)
 	{
 		int			lab[R];

@@ -26,7 +26,7 @@
  * block can do: every fused plan has k <= KMG_FIN1_KMAX (dispatch.cu).
  */
 __global__ void __launch_bounds__(256)
-kmg_reduce_finalize_kernel(kmg_args a)
+kmg_reduce_finalize_kernel(const __grid_constant__ kmg_args a)
 {
 	__shared__ double sred[8][32];
 	const int	cw = KMG_CW(a.dp);

@@ -242,7 +242,7 @@ kmg_finalize_kernel(kmg_args a, int mode)
 
 /* The same for small k in one block (finalize_block.cuh): no ticket, one launch. */
 __global__ void __launch_bounds__(256)
-kmg_finalize1_kernel(kmg_args a, int mode)
+kmg_finalize1_kernel(const __grid_constant__ kmg_args a, int mode)
 {
 	int			moved = 0,
 				nempty = 0;
