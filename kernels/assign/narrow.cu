@@ -622,19 +622,23 @@ kmg_narrow_block_counts(int tid, const kmg_args &a, const kmg_narrow_smem &sm, d
  * The sums on the double-precision tensor cores (DP <= 16 and few enough
  * tiles: kmg_narrow_mma_on).  A tile's sums are a product: the clusters'
  * indicator matrix (KB x rows, 0 or 1) times the rows (rows x DP), taken
- * four rows at a time by mma m8n8k4 in float64.  Each product of the
+ * eight rows at a time by mma m16n8k8 in float64.  Each product of the
  * indicator is exact (x or 0), so every cell adds its cluster's values in
  * double, in an order fixed by the rows' places in the warp: the result
  * depends on the rows and the grid only, as the listing's row-order sums
  * did.  A warp sums its own rows (those of its lanes, already in shared
  * memory for the exact costs), so the tile loop has no block barrier left;
  * the warps' partials meet once, at the block's end, in warp order.
- * Clusters sit in m-tiles of 8 (the A fragment's rows), columns in n-tiles
- * of 8 (B's columns); with weights, one more n-tile sums w in its column 0.
- * Counts are integers (shared-memory atomics: order-free).
+ * Clusters sit in m-tiles of 16 (the A fragment's rows), columns in
+ * n-tiles of 8 (B's columns); with weights, one more n-tile sums w in its
+ * column 0.  Counts are integers (shared-memory atomics: order-free).
  *
- * m8n8k4 float64 fragments (lane = 4 g + t): a = A[g][t], b = B[t][g],
- * d[i] = D[g][2 t + i].
+ * m16n8k8 float64 fragments (lane = 4 g + t): a = A[g][t], A[g + 8][t],
+ * A[g][t + 4], A[g + 8][t + 4]; b = B[t][g], B[t + 4][g]; d = D[g][2 t],
+ * D[g][2 t + 1], D[g + 8][2 t], D[g + 8][2 t + 1].  One instruction takes
+ * eight rows for sixteen clusters: half the instructions of four m8n8k4
+ * (two m-tiles of 8, two steps of 4 rows), and half the indicator and
+ * address work around them.
  */
 template <int DP, int KB>
 __host__ __device__ constexpr bool
@@ -643,25 +647,35 @@ kmg_narrow_mma_on()
 	return DP <= 16 && ((KB + 7) / 8) * (DP / 8 + 1) <= 4;
 }
 
-static __device__ __forceinline__ void
-kmg_dmma884(double (&d)[2], double a, double b)
+/* m-tiles of 16 clusters */
+template <int KB>
+__host__ __device__ constexpr int
+kmg_narrow_mma_mt()
 {
-	asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-				 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
+	return (KB + 15) / 16;
+}
+
+static __device__ __forceinline__ void
+kmg_dmma1688(double (&d)[4], const double (&a)[4], double b0, double b1)
+{
+	asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		: "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+		: "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
 }
 
 /*
  * One tile's rows of this warp into its accumulators: rows q = 32 r + l of
- * the warp (l its lane's place), four a step; the label of row q is lane
- * l's lab[r], the row itself sm.xs's row r NT + 32 warp + l (raw values).
- * Each lane also counts its own rows (s_cnt).
+ * the warp (l its lane's place), eight a step (k = t: row 8 s + t, k = t +
+ * 4: row 8 s + t + 4); the label of row q is lane l's lab[r], the row
+ * itself sm.xs's row r NT + 32 warp + l (raw values).  Each lane also
+ * counts its own rows (s_cnt).
  */
 template <int DP, int KB, int R, bool weighted>
 __device__ __forceinline__ void
-kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&lab)[R],
-					int *s_cnt, double (&acc)[(KB + 7) / 8][DP / 8][2], double (&accw)[(KB + 7) / 8][2])
+kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&lab)[R], int *s_cnt,
+					double (&acc)[kmg_narrow_mma_mt<KB>()][DP / 8][4], double (&accw)[kmg_narrow_mma_mt<KB>()][4])
 {
-	constexpr int MT = (KB + 7) / 8;
+	constexpr int MT = kmg_narrow_mma_mt<KB>();
 	constexpr int NT8 = DP / 8;
 	const int	g = lane >> 2;
 	const int	t = lane & 3;
@@ -671,38 +685,55 @@ kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&l
 	{
 		if (lab[r] >= 0)
 			atomicAdd(&s_cnt[lab[r]], 1);
-#pragma unroll 2
-		for (int s = 0; s < 8; s++)
+#pragma unroll
+		for (int s = 0; s < 4; s++)
 		{
-			const int	l = 4 * s + t;
-			const int	lb = __shfl_sync(0xffffffffu, lab[r], l);
-			const int	p = r * KMG_NARROW_NT + warp * 32 + l;
-			double		w = 1.0;
+			const int	l0 = 8 * s + t;
+			const int	lb0 = __shfl_sync(0xffffffffu, lab[r], l0);
+			const int	lb1 = __shfl_sync(0xffffffffu, lab[r], l0 + 4);
+			const int	p0 = r * KMG_NARROW_NT + warp * 32 + l0;
+			double		w0 = 1.0,
+						w1 = 1.0;
 
 			if constexpr (weighted)
-				w = (double) sm.w[p];
-			double		b[NT8];
+			{
+				w0 = (double) sm.w[p0];
+				w1 = (double) sm.w[p0 + 4];
+			}
+			double		b[NT8][2];
 
 #pragma unroll
 			for (int n = 0; n < NT8; n++)
 			{
-				const double x = (double) sm.xs[p * DP + 8 * n + g];
+				const double x0 = (double) sm.xs[p0 * DP + 8 * n + g];
+				const double x1 = (double) sm.xs[(p0 + 4) * DP + 8 * n + g];
 
 				if constexpr (weighted)
-					b[n] = w * x;
+				{
+					b[n][0] = w0 * x0;
+					b[n][1] = w1 * x1;
+				}
 				else
-					b[n] = x;
+				{
+					b[n][0] = x0;
+					b[n][1] = x1;
+				}
 			}
 #pragma unroll
 			for (int m = 0; m < MT; m++)
 			{
-				const double am = lb == 8 * m + g ? 1.0 : 0.0;
+				const int	j0 = 16 * m + g;
+				const bool	hi = j0 + 8 < KB;	/* the fragment's rows g + 8 are clusters */
+				const double am[4] = {
+					lb0 == j0 ? 1.0 : 0.0, hi && lb0 == j0 + 8 ? 1.0 : 0.0,
+					lb1 == j0 ? 1.0 : 0.0, hi && lb1 == j0 + 8 ? 1.0 : 0.0
+				};
 
 #pragma unroll
 				for (int n = 0; n < NT8; n++)
-					kmg_dmma884(acc[m][n], am, b[n]);
+					kmg_dmma1688(acc[m][n], am, b[n][0], b[n][1]);
 				if constexpr (weighted)
-					kmg_dmma884(accw[m], am, g == 0 ? w : 0.0);
+					kmg_dmma1688(accw[m], am, g == 0 ? w0 : 0.0, g == 0 ? w1 : 0.0);
 			}
 		}
 	}
@@ -717,10 +748,10 @@ kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&l
 template <int DP, int KB>
 __device__ __forceinline__ void
 kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol,
-					   int ncell, bool weighted, const double (&acc)[(KB + 7) / 8][DP / 8][2],
-					   const double (&accw)[(KB + 7) / 8][2], const int *s_cnt)
+					   int ncell, bool weighted, const double (&acc)[kmg_narrow_mma_mt<KB>()][DP / 8][4],
+					   const double (&accw)[kmg_narrow_mma_mt<KB>()][4], const int *s_cnt)
 {
-	constexpr int MT = (KB + 7) / 8;
+	constexpr int MT = kmg_narrow_mma_mt<KB>();
 	constexpr int NT8 = DP / 8;
 	constexpr int NW = KMG_NARROW_NT / 32;
 	constexpr int BC = DP + 1;	/* a cluster's cells in the buffer: DP columns, the weight */
@@ -733,22 +764,26 @@ kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg
 	__syncthreads();			/* every warp is done with the rows */
 #pragma unroll
 	for (int m = 0; m < MT; m++)
-	{
-		/* the fragment's rows past KB (KB = 4: g >= 4) are no clusters: writing them would land in the next warp's cells */
-		if (8 * m + g >= KB)
-			continue;
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+		{
+			const int	j = 16 * m + 8 * h + g;
 
-		double	   *cl = buf + ((size_t) warp * KB + 8 * m + g) * BC;
+			/* the fragment's rows past KB are no clusters: writing them would land in the next warp's cells */
+			if (j >= KB)
+				continue;
+
+			double	   *cl = buf + ((size_t) warp * KB + j) * BC;
 
 #pragma unroll
-		for (int n = 0; n < NT8; n++)
-		{
-			cl[8 * n + 2 * t] = acc[m][n][0];
-			cl[8 * n + 2 * t + 1] = acc[m][n][1];
+			for (int n = 0; n < NT8; n++)
+			{
+				cl[8 * n + 2 * t] = acc[m][n][2 * h];
+				cl[8 * n + 2 * t + 1] = acc[m][n][2 * h + 1];
+			}
+			if (t == 0)
+				cl[DP] = accw[m][2 * h];
 		}
-		if (t == 0)
-			cl[DP] = accw[m][0];
-	}
 	__syncthreads();
 	for (int e = tid; e < ncell; e += KMG_NARROW_NT)
 	{
@@ -916,12 +951,12 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	const int	ncell = k * ncol;
 	constexpr bool MMA = kmg_narrow_mma_on<DP, KB>();
 	constexpr int CPTL = MMA ? 1 : CPT;	/* the listing's cells (none on the tensor cores) */
-	constexpr int MT = (KB + 7) / 8;
+	constexpr int MT = kmg_narrow_mma_mt<KB>();
 	const bool	weighted = a.W != NULL;
 	double		acc[CPTL];
 	int			cnt[CPTL];
-	double		macc[MT][DP / 8][2];
-	double		maccw[MT][2];
+	double		macc[MT][DP / 8][4];
+	double		maccw[MT][4];
 
 #pragma unroll
 	for (int u = 0; u < CPTL; u++)
@@ -934,8 +969,8 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	{
 #pragma unroll
 		for (int n = 0; n < DP / 8; n++)
-			macc[m][n][0] = macc[m][n][1] = 0.0;
-		maccw[m][0] = maccw[m][1] = 0.0;
+			macc[m][n][0] = macc[m][n][1] = macc[m][n][2] = macc[m][n][3] = 0.0;
+		maccw[m][0] = maccw[m][1] = maccw[m][2] = maccw[m][3] = 0.0;
 	}
 	if (MMA && tid < 32)
 		s_cnt[tid] = 0;
