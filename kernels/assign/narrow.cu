@@ -146,7 +146,7 @@ struct kmg_narrow_cload
 	static constexpr int E = (KB * DP + KMG_NARROW_NT - 1) / KMG_NARROW_NT;	/* elements a thread */
 	float		c2[E];			/* -2 c' */
 	float		cr[E];			/* c */
-	float		cn;				/* |c'|^2 (thread j < KB) */
+	float		cn;				/* |c'|^2 of centroid tid (tid < KB) */
 	double		cnorm;
 };
 
@@ -639,6 +639,12 @@ kmg_narrow_block_counts(int tid, const kmg_args &a, const kmg_narrow_smem &sm, d
  * eight rows for sixteen clusters: half the instructions of four m8n8k4
  * (two m-tiles of 8, two steps of 4 rows), and half the indicator and
  * address work around them.
+ */
+/*
+ * The shapes of the tensor-core sums: those the m8n8k4 form's accumulators
+ * fitted (at most four tiles of 8 x 8 with the weights').  In m-tiles of 16
+ * the (16, 8) instance keeps 12 doubles of them, rows g + 8 never being
+ * clusters, and spills 28 bytes.
  */
 template <int DP, int KB>
 __host__ __device__ constexpr bool
