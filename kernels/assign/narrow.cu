@@ -661,12 +661,28 @@ kmg_narrow_mma_mt()
 	return (KB + 15) / 16;
 }
 
+/*
+ * d += a b in m16n8k8 float64 fragments.  Before sm_90 (no such shape) as
+ * the four m8n8k4 it stands for, on the same registers: rows 0-7 of D from
+ * (a[0], b0) and (a[2], b1), rows 8-15 from (a[1], b0) and (a[3], b1).
+ */
 static __device__ __forceinline__ void
 kmg_dmma1688(double (&d)[4], const double (&a)[4], double b0, double b1)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
 		: "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
 		: "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+#else
+	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+		: "+d"(d[0]), "+d"(d[1]) : "d"(a[0]), "d"(b0));
+	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+		: "+d"(d[0]), "+d"(d[1]) : "d"(a[2]), "d"(b1));
+	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+		: "+d"(d[2]), "+d"(d[3]) : "d"(a[1]), "d"(b0));
+	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+		: "+d"(d[2]), "+d"(d[3]) : "d"(a[3]), "d"(b1));
+#endif
 }
 
 /*
