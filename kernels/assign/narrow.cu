@@ -661,6 +661,16 @@ kmg_narrow_mma_mt()
 	return (KB + 15) / 16;
 }
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900
+/* d0, d1 += a b in m8n8k4 float64 fragments (lane 4 g + t: a = A[g][t], b = B[t][g], d = D[g][2 t], D[g][2 t + 1]). */
+static __device__ __forceinline__ void
+kmg_dmma884(double &d0, double &d1, double a, double b)
+{
+	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+		: "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+}
+#endif
+
 /*
  * d += a b in m16n8k8 float64 fragments.  Before sm_90 (no such shape) as
  * the four m8n8k4 it stands for, on the same registers: rows 0-7 of D from
@@ -674,14 +684,10 @@ kmg_dmma1688(double (&d)[4], const double (&a)[4], double b0, double b1)
 		: "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
 		: "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
 #else
-	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-		: "+d"(d[0]), "+d"(d[1]) : "d"(a[0]), "d"(b0));
-	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-		: "+d"(d[0]), "+d"(d[1]) : "d"(a[2]), "d"(b1));
-	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-		: "+d"(d[2]), "+d"(d[3]) : "d"(a[1]), "d"(b0));
-	asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-		: "+d"(d[2]), "+d"(d[3]) : "d"(a[3]), "d"(b1));
+	kmg_dmma884(d[0], d[1], a[0], b0);
+	kmg_dmma884(d[0], d[1], a[2], b1);
+	kmg_dmma884(d[2], d[3], a[1], b0);
+	kmg_dmma884(d[2], d[3], a[3], b1);
 #endif
 }
 
