@@ -644,7 +644,8 @@ kmg_narrow_block_counts(int tid, const kmg_args &a, const kmg_narrow_smem &sm, d
  * The shapes of the tensor-core sums: those the m8n8k4 form's accumulators
  * fitted (at most four tiles of 8 x 8 with the weights').  In m-tiles of 16
  * the (16, 8) instance keeps 12 doubles of them, rows g + 8 never being
- * clusters, and spills 28 bytes.
+ * clusters.  ptxas -v: every instance without a stack frame but (16, 4),
+ * 8 bytes (no benchmark shape is either).
  */
 template <int DP, int KB>
 __host__ __device__ constexpr bool
@@ -851,7 +852,10 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 	__shared__ int s_moved;
 	int			nempty = 0;
 	double		e = 0.0;
+	kmg_fin_reads fr;
 
+	/* the end's own reads first, so that they and the accumulators' are one round trip */
+	kmg_fin_read(a, KMG_FIN_ITER, fr);
 	if (tid == 0)
 		s_moved = *(volatile int *) &a.ctl->moved;
 	/* every column of clus: sums, zeros, w, count, estimate (cluster 0) */
@@ -911,7 +915,7 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 		a.ctl->ticket2 = 0;
 	}
 	__syncthreads();
-	kmg_finalize_block(a, KMG_FIN_ITER, s_moved, nempty, sclus);
+	kmg_finalize_block_from(a, KMG_FIN_ITER, s_moved, nempty, sclus, fr);
 }
 
 /*

@@ -114,16 +114,54 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 }
 
 /*
- * Everything the block reads is asked for first (the control block, the
- * re-seed flags, the centring), and a cluster's warp carries its centroid
- * in registers from the mean to |c'|: the end of an iteration is a few
- * memory round trips, not one per step.  clus: the cluster sums (k x
+ * What kmg_finalize_block reads from global memory before it computes,
+ * asked for in one go by kmg_fin_read.  A caller with reads of its own to
+ * wait for (the narrow pass's last block: the accumulators) asks for these
+ * first, and waits once for both.
+ */
+typedef struct kmg_fin_reads
+{
+	kmg_ctl		snap;			/* thread 0: kmg_ctl_snapshot */
+	int			nlist;			/* thread 0: the bounds' screened rows, or -1 */
+	int			rel;			/* the re-seed flag of cluster warp + lane nw (bit lane of the ballot) */
+	float		mu0;			/* the centring of column lane */
+} kmg_fin_reads;
+
+/*
+ * The reads, in flight together; nothing here waits for them (the ballot
+ * of the flags is kmg_finalize_block_from's).  Like every read of the end,
+ * after the pass's last ticket.
+ */
+static __device__ __forceinline__ void
+kmg_fin_read(const kmg_args &a, int mode, kmg_fin_reads &r)
+{
+	const int	tid = threadIdx.x;
+	const int	lane = tid & 31;
+	const int	j = (tid >> 5) + lane * (int) (blockDim.x >> 5);
+
+	r.nlist = -1;
+	if (tid == 0)
+	{
+		r.snap = kmg_ctl_snapshot(a.ctl);
+		if (a.bounded)
+			r.nlist = *(volatile int *) &a.bs->nlist;
+	}
+	r.rel = a.reloc != NULL && mode != KMG_FIN_SETUP && j < a.k ? a.reloc[j] : 0;
+	r.mu0 = a.mu != NULL && lane < a.d ? a.mu[lane] : 0.0f;
+}
+
+/*
+ * The end itself, from kmg_fin_read's values: a cluster's warp carries its
+ * centroid in registers from the mean to |c'|, so the end of an iteration
+ * is the reads' round trip and the stores.  clus: the cluster sums (k x
  * KMG_CW(dp)), a.clus or a copy in the caller's shared memory.  A warp's
  * re-seed flags fit one ballot while k <= 32 warps: every caller runs 256
- * threads with k <= KMG_FIN1_KMAX.
+ * threads with k <= KMG_FIN1_KMAX.  Inline: the narrow pass reads its
+ * arguments from the constant bank here, not through a pointer to them.
  */
-static __device__ __noinline__ void
-kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const double *clus)
+static __device__ __forceinline__ void
+kmg_finalize_block_from(const kmg_args &a, int mode, int moved, int nempty, const double *clus,
+						const kmg_fin_reads &r)
 {
 	__shared__ double fred[32];
 	__shared__ float fmax_[32];
@@ -136,24 +174,12 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 				k = a.k;
 	const int	cw = KMG_CW(dp);
 	const int	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
-	kmg_ctl		snap;
-	int			nlist = -1;
 	double		est = 0.0;
 	float		cmax = 0.0f;
 	int			allx = 0;
+	const uint32_t relmask = __ballot_sync(0xffffffffu, r.rel != 0);
+	const float mu0 = r.mu0;
 
-	/* the reads, in flight together: the decisions', the re-seed flags of this warp's clusters, the centring */
-	uint32_t	relmask = 0;
-	const float mu0 = a.mu != NULL && lane < d ? a.mu[lane] : 0.0f;
-
-	if (tid == 0)
-	{
-		snap = kmg_ctl_snapshot(a.ctl);
-		if (a.bounded)
-			nlist = *(volatile int *) &a.bs->nlist;
-	}
-	if (a.reloc != NULL && mode != KMG_FIN_SETUP)
-		relmask = __ballot_sync(0xffffffffu, warp + lane * nw < k && a.reloc[warp + lane * nw] != 0);
 	if (mode != KMG_FIN_SETUP)
 		for (int jj = tid; jj < k; jj += blockDim.x)
 			est += clus[(size_t) jj * cw + dp + 2];
@@ -281,7 +307,17 @@ kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const dou
 		cmax = fmaxf(cmax, fmax_[wv]);
 		est += fred[wv];
 	}
-	kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est, snap, nlist);
+	kmg_fin_decide(a, mode, moved, nempty, change, cmax, allx, est, r.snap, r.nlist);
+}
+
+/* The same for callers with nothing of their own to read: one copy in each kernel's code. */
+static __device__ __noinline__ void
+kmg_finalize_block(const kmg_args &a, int mode, int moved, int nempty, const double *clus)
+{
+	kmg_fin_reads r;
+
+	kmg_fin_read(a, mode, r);
+	kmg_finalize_block_from(a, mode, moved, nempty, clus, r);
 }
 
 #endif							/* KMG_FINALIZE_BLOCK_CUH */
