@@ -2,7 +2,8 @@
 # make test: install what is missing, build, install, start a throwaway
 # server, run every suite, and end with one line "N passed, M failed".
 #
-# Suites: the engine's own tests (test/engine), pg_regress (sql/, expected/),
+# Suites: the CUDA kernels' stack frames (test/scripts/check_kernel_frames.py,
+# where nvcc is found), the engine's own tests (test/engine), pg_regress (sql/, expected/),
 # pgTAP (test/tap), the comparisons with scikit-learn and the kmedoids
 # package (test/compare), the
 # reliability suites (test/reliability: randomised properties, concurrency,
@@ -83,6 +84,12 @@ echo "== dependencies: every command and module the scripts use is in test/scrip
 status=$?
 cat "$tmp/deps.tap"
 count_tap dependencies "$tmp/deps.tap" $status
+
+echo "== CUDA kernels: no copy of the arguments on a thread's stack (ptxas -v)"
+/usr/bin/python3 test/scripts/check_kernel_frames.py >"$tmp/frames.tap" 2>&1
+status=$?
+cat "$tmp/frames.tap"
+count_tap "kernel frames" "$tmp/frames.tap" $status
 
 echo "== engine tests"
 test/engine/engine_test >"$tmp/engine.tap" 2>&1
