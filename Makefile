@@ -70,6 +70,11 @@ uninstall-cuda:
 	rm -f '$(DESTDIR)$(pkglibdir)/$(CUDA_SO)'
 EXTRA_CLEAN += $(CUDA_SO) test/gpu/sgemm_time
 
+# The flags the engine is compiled with, for test/scripts/check_kernel_frames.py
+# (which asks with CUDA_ARCHS=90).
+print-nvccflags:
+	@echo $(NVCCFLAGS)
+
 # The database benchmark's reference: a strict-fp32 cuBLAS SGEMM timer.
 test/gpu/sgemm_time: test/gpu/sgemm_time.cu
 	$(NVCC) -O2 -std=c++17 $(CUDA_GENCODE) -o $@ $< -lcublas
@@ -94,7 +99,7 @@ test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src
 test/engine/kmedoids_test: test/engine/kmedoids_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/kmedoids_test.c $(ENGINE_SRCS) -lpthread -lm
 
-.PHONY: test demo bench bench-assign install-cuda uninstall-cuda
+.PHONY: test demo bench bench-assign install-cuda uninstall-cuda print-nvccflags
 test:
 	@test/scripts/run_tests.sh
 

@@ -18,6 +18,7 @@ without nvcc (the CUDA engine is optional) one skipped line.
 import concurrent.futures
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,10 +29,15 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FILES = ["kernels/assign/narrow.cu", "kernels/assign/bytes.cu", "kernels/assign/wide.cu",
          "kernels/assign/direct.cu", "kernels/assign/reduce.cu", "kernels/update/finalize.cu"]
 
-# As the Makefile compiles them (NVCCFLAGS), for Hopper only.
-FLAGS = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden,-ffp-contract=off",
-         "-Isrc/include", "-Ikernels", "-Ikernels/include",
-         "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", os.devnull]
+
+
+def nvcc_flags():
+    """The Makefile's NVCCFLAGS for Hopper only (make print-nvccflags CUDA_ARCHS=90), then ptxas -v."""
+    run = subprocess.run(["make", "-s", "--no-print-directory", "CUDA_ARCHS=90", "print-nvccflags"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if run.returncode != 0 or not run.stdout.strip():
+        sys.exit("make print-nvccflags failed: " + run.stdout + run.stderr)
+    return shlex.split(run.stdout) + ["-Xptxas", "-v", "-c", "-o", os.devnull]
 
 
 def nvcc_path():
@@ -41,9 +47,9 @@ def nvcc_path():
     return path
 
 
-def frames(nvcc, src):
+def frames(nvcc, flags, src):
     """{mangled kernel name: stack frame bytes} of src's entry functions, or an error text."""
-    run = subprocess.run([nvcc] + FLAGS + [src], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run([nvcc] + flags + [src], cwd=ROOT, capture_output=True, text=True)
     if run.returncode != 0:
         return run.stdout + run.stderr
     out = {}
@@ -84,8 +90,9 @@ def main():
         print("1..1")
         print("ok 1 - # SKIP no nvcc: the CUDA engine is not built here")
         return 0
+    flags = nvcc_flags()
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = dict(zip(FILES, pool.map(lambda f: frames(nvcc, f), FILES)))
+        results = dict(zip(FILES, pool.map(lambda f: frames(nvcc, flags, f), FILES)))
     lines = []
     for src in FILES:
         got = results[src]
