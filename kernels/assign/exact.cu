@@ -287,9 +287,13 @@ kmg_exact_kernel(kmg_args a, int mode, int start)
  * (kmg_chain4) read the row from shared memory and the centroid with its
  * loads ahead of the dependent adds.  Run 2 read each centroid row from
  * global memory one float at a time, in the chain and in the recompute:
- * latency-bound (75 us for 340 rows of 100000 x 256 x 1024).
+ * latency-bound (75 us for 340 rows of 100000 x 256 x 1024).  BN is the
+ * tile's width (a->fbn, 128 or 256): with it known, the column's loads walk
+ * one pointer with constant offsets, and only the last group of 16 values
+ * checks dp; with a run-time width every load was a 64-bit multiply, a
+ * check and two parameter reads, as many instructions as the fmaf they fed.
  */
-template <int R>
+template <int R, int BN>
 __global__ void __launch_bounds__(KMG_XCHUNK)
 kmg_exact_chunk_kernel(kmg_args a)
 {
@@ -302,11 +306,12 @@ kmg_exact_chunk_kernel(kmg_args a)
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
 	const int	q4 = dp / 4;
-	const int	bn = a.fbn;
+	const int	bn = BN;
 	const int	tiles = (a.kp + bn - 1) / bn;
 	const float *Bt = a.fwork;
 	const float *Cnt = a.fwork + (size_t) tiles * bn * dp;
 
+	static_assert(BN <= KMG_XCHUNK, "a thread a centroid of the tile");
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
 		return;
 
@@ -364,8 +369,11 @@ kmg_exact_chunk_kernel(kmg_args a)
 		}
 		if (tid < bn && j < a.k)
 		{
-			/* thread j's column of the tile: 4 steps (16 values) in flight ahead */
-			const float *bcol = Bt + (size_t) c * dp * bn + tid;
+			/*
+			 * thread j's column of the tile: 4 steps (16 values) in flight
+			 * ahead; bp points at the group being summed
+			 */
+			const float *bp = Bt + (size_t) c * dp * BN + tid;
 			float		acc[R];
 			float		bA[16],
 						bB[16];
@@ -375,15 +383,23 @@ kmg_exact_chunk_kernel(kmg_args a)
 				acc[r] = Cnt[j];
 #pragma unroll
 			for (int u = 0; u < 16; u++)
-				bA[u] = u < dp ? bcol[(size_t) u * bn] : 0.0f;
+				bA[u] = u < dp ? bp[u * BN] : 0.0f;
 			for (int q0 = 0; q0 < q4; q0 += 4)
 			{
-#pragma unroll
-				for (int u = 0; u < 16; u++)
-				{
-					const int	col = 4 * q0 + 16 + u;
+				const float *np = bp + 16 * BN;
+				const int	left = dp - 4 * q0 - 16;	/* values past this group */
 
-					bB[u] = col < dp ? bcol[(size_t) col * bn] : 0.0f;
+				if (left >= 16)
+				{
+#pragma unroll
+					for (int u = 0; u < 16; u++)
+						bB[u] = np[u * BN];
+				}
+				else
+				{
+#pragma unroll
+					for (int u = 0; u < 16; u++)
+						bB[u] = u < left ? np[u * BN] : 0.0f;
 				}
 #pragma unroll
 				for (int v = 0; v < 4; v++)
@@ -404,6 +420,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 #pragma unroll
 				for (int u = 0; u < 16; u++)
 					bA[u] = bB[u];
+				bp = np;
 			}
 #pragma unroll
 			for (int r = 0; r < R; r++)
@@ -830,8 +847,14 @@ kmg_exact_refine(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaS
 	{
 		const int	rc = plan->settle == KMG_SETTLE_CHUNK16 ? 16 :
 			plan->settle == KMG_SETTLE_CHUNK4 ? 4 : 1;
-		void		(*chunk) (kmg_args) = rc == 16 ? kmg_exact_chunk_kernel<16> :
-			rc == 4 ? kmg_exact_chunk_kernel<4> : kmg_exact_chunk_kernel<1>;
+		const int	wide = a->fbn == 256;
+
+		if (!wide && a->fbn != 128)
+			return cudaErrorInvalidValue;	/* the filter's two tiles (km_filter_tile_cols) */
+		void		(*chunk) (kmg_args) = rc == 16 ?
+			(wide ? kmg_exact_chunk_kernel<16, 256> : kmg_exact_chunk_kernel<16, 128>) :
+			rc == 4 ? (wide ? kmg_exact_chunk_kernel<4, 256> : kmg_exact_chunk_kernel<4, 128>) :
+			(wide ? kmg_exact_chunk_kernel<1, 256> : kmg_exact_chunk_kernel<1, 128>);
 
 		e = kmg_launch_smem(chunk, sms * 8, KMG_XCHUNK, (size_t) rc * a->dp * sizeof(float),
 							stream, *a);
