@@ -103,6 +103,7 @@ constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL + SBN) * sizeof(float
 
 static_assert(SNT == SBM, "one thread a row at the end");
 static_assert(KMG_SCREEN_CANDS <= SMC && KMG_SCREEN_CANDS == 8, "the certify kernel's lanes");
+static_assert(SMC % 4 == 0, "a list's entries shared by its row's 4 lanes (kmg_list_prune)");
 
 /* The operands' element: float (rounded to TF32 on the way) or float16 bits. */
 template <bool H>
@@ -326,6 +327,72 @@ kmg_list_candidate(float v, int id, int l, int cap, float *sval, int *sid, int *
 	}
 	else
 		sover[r] = 1;
+}
+
+/*
+ * The running best of a row's list l fell to thr - slack: drop the entries
+ * now past thr, so that values listed against an older, higher best take
+ * no room (a walk that meets the row's own centroid late would otherwise
+ * overflow on far centroids listed before it, and settle the row against
+ * every centroid).  The row's quad (the 4 lanes of qmask, which agree on
+ * thr) shares the cap entries, cap / 4 a lane; the list's order changes,
+ * which nothing depends on.  An overflowed list (count past cap) stays
+ * overflowed: its lost entries are not known.  thr is never below the
+ * row's final threshold, so no entry within it is dropped.  The 4 lanes
+ * read the same count: the list's last appends came before the slice
+ * loop's block barriers.
+ */
+__device__ __forceinline__ void
+kmg_list_prune(float thr, int l, int cap, float *sval, int *sid, int *scnt, int t4, unsigned qmask)
+{
+	constexpr int PER = SMC / 4;
+	const int	nl = scnt[l];
+	float		v[PER];
+	int			id[PER];
+	unsigned	keep = 0;
+
+	if (nl == 0 || nl > cap)
+		return;
+#pragma unroll
+	for (int u = 0; u < PER; u++)
+	{
+		const int	e = t4 + 4 * u;
+
+		if (e < nl)
+		{
+			v[u] = sval[l * cap + e];
+			id[u] = sid[l * cap + e];
+			if (v[u] <= thr)
+				keep |= 1u << u;
+		}
+	}
+
+	const int	kc = __popc(keep);
+	int			incl = kc,
+				t;
+
+	t = __shfl_up_sync(qmask, incl, 1, 4);
+	if (t4 >= 1)
+		incl += t;
+	t = __shfl_up_sync(qmask, incl, 2, 4);
+	if (t4 >= 2)
+		incl += t;
+
+	const int	kept = __shfl_sync(qmask, incl, 3, 4);
+	int			at = incl - kc;
+
+	__syncwarp(qmask);			/* every entry read before any moves */
+#pragma unroll
+	for (int u = 0; u < PER; u++)
+		if ((keep >> u) & 1u)
+		{
+			sval[l * cap + at] = v[u];
+			sid[l * cap + at] = id[u];
+			at++;
+		}
+	if (t4 == 0)
+		scnt[l] = kept;
+	__syncwarp(qmask);
 }
 
 /*
@@ -678,7 +745,10 @@ kmg_screen_kernel(kmg_args a, int mode)
 			 * of this half.  rbest only falls and is never below the row's
 			 * final best, so the two lists hold every value within the
 			 * slack of the final best (and maybe some past it, dropped at
-			 * the end).
+			 * the end); where it falls on a list more than half full, the
+			 * entries past its new threshold are dropped first
+			 * (kmg_list_prune; on every fall it cost B's whole iteration
+			 * 2-3 % where no list overflows).
 			 */
 #pragma unroll
 			for (int mt = 0; mt < 4; mt++)
@@ -708,10 +778,14 @@ kmg_screen_kernel(kmg_args a, int mode)
 							m = fminf(m, fminf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
 						mw = kmg_quad_least(m);
 					}
+					const bool	fell = mw < rbest[mt][h];	/* the same in the row's 4 lanes */
+
 					rbest[mt][h] = fminf(rbest[mt][h], mw);
 
 					const float thr = rbest[mt][h] + sslack[r];
 
+					if (fell && scnt[wn * SBM + r] > SMC / 2)
+						kmg_list_prune(thr, wn * SBM + r, SMC, sval, sid, scnt, t4, 0xfu << (lane & ~3));
 					/* the thread's values of this row all lie past it: nothing to list */
 					if (!(m <= thr))
 						continue;
