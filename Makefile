@@ -59,21 +59,22 @@ NVCCFLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=of
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
 CUDA_SO = kmeans_gpu_cuda.so
+# ptxas's report on every kernel of the library (registers, stack frame,
+# spills), kept beside it for test/scripts/check_kernel_frames.py; nvcc's
+# other messages still go to stderr
+CUDA_PTXAS = $(CUDA_SO).ptxas
 all: $(CUDA_SO)
-$(CUDA_SO): $(CUDA_SRCS) $(wildcard kernels/*/*.h kernels/*/*.cuh src/include/*.h)
-	$(NVCC) $(NVCCFLAGS) -shared -o $@ $(CUDA_SRCS)
+$(CUDA_SO) $(CUDA_PTXAS) &: $(CUDA_SRCS) $(wildcard kernels/*/*.h kernels/*/*.cuh src/include/*.h)
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -shared -o $(CUDA_SO) $(CUDA_SRCS) 2> $(CUDA_PTXAS); \
+	rc=$$?; grep -v -E '^ptxas info|^ +[0-9]+ bytes stack frame' $(CUDA_PTXAS) >&2; \
+	if [ $$rc -ne 0 ]; then rm -f $(CUDA_PTXAS); fi; exit $$rc
 install: install-cuda
 install-cuda: $(CUDA_SO)
 	$(INSTALL_SHLIB) $(CUDA_SO) '$(DESTDIR)$(pkglibdir)/'
 uninstall: uninstall-cuda
 uninstall-cuda:
 	rm -f '$(DESTDIR)$(pkglibdir)/$(CUDA_SO)'
-EXTRA_CLEAN += $(CUDA_SO) test/gpu/sgemm_time
-
-# The flags the engine is compiled with, for test/scripts/check_kernel_frames.py
-# (which asks with CUDA_ARCHS=90).
-print-nvccflags:
-	@echo $(NVCCFLAGS)
+EXTRA_CLEAN += $(CUDA_SO) $(CUDA_PTXAS) test/gpu/sgemm_time
 
 # The database benchmark's reference: a strict-fp32 cuBLAS SGEMM timer.
 test/gpu/sgemm_time: test/gpu/sgemm_time.cu
@@ -99,7 +100,7 @@ test/engine/engine_test: test/engine/engine_test.c $(ENGINE_SRCS) $(wildcard src
 test/engine/kmedoids_test: test/engine/kmedoids_test.c $(ENGINE_SRCS) $(wildcard src/engine/*.h)
 	$(CC) $(STANDALONE_CFLAGS) -o $@ test/engine/kmedoids_test.c $(ENGINE_SRCS) -lpthread -lm
 
-.PHONY: test demo bench bench-assign install-cuda uninstall-cuda print-nvccflags
+.PHONY: test demo bench bench-assign install-cuda uninstall-cuda
 test:
 	@test/scripts/run_tests.sh
 
