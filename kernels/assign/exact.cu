@@ -306,10 +306,9 @@ kmg_exact_chunk_kernel(kmg_args a)
 	const int	tid = threadIdx.x;
 	const int	dp = a.dp;
 	const int	q4 = dp / 4;
-	const int	bn = BN;
-	const int	tiles = (a.kp + bn - 1) / bn;
+	const int	tiles = (a.kp + BN - 1) / BN;
 	const float *Bt = a.fwork;
-	const float *Cnt = a.fwork + (size_t) tiles * bn * dp;
+	const float *Cnt = a.fwork + (size_t) tiles * BN * dp;
 
 	static_assert(BN <= KMG_XCHUNK, "a thread a centroid of the tile");
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
@@ -327,7 +326,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 		const int	c = item - b * a.xchunks;
 		const int	base = b * R;
 		const int	nr = namb - base < R ? namb - base : R;
-		const int	j = c * bn + tid;
+		const int	j = c * BN + tid;
 
 		__syncthreads();
 		if (tid < R)
@@ -367,7 +366,7 @@ kmg_exact_chunk_kernel(kmg_args a)
 			bc[r] = INFINITY;
 			bj[r] = INT_MAX;
 		}
-		if (tid < bn && j < a.k)
+		if (tid < BN && j < a.k)
 		{
 			/*
 			 * thread j's column of the tile: 4 steps (16 values) in flight

@@ -330,28 +330,27 @@ kmg_list_candidate(float v, int id, int l, int cap, float *sval, int *sid, int *
 }
 
 /*
- * The running best of a row's list l fell to thr - slack: drop the entries
- * now past thr, so that values listed against an older, higher best take
- * no room (a walk that meets the row's own centroid late would otherwise
- * overflow on far centroids listed before it, and settle the row against
- * every centroid).  The row's quad (the 4 lanes of qmask, which agree on
- * thr) shares the cap entries, cap / 4 a lane; the list's order changes,
- * which nothing depends on.  An overflowed list (count past cap) stays
- * overflowed: its lost entries are not known.  thr is never below the
- * row's final threshold, so no entry within it is dropped.  The 4 lanes
- * read the same count: the list's last appends came before the slice
- * loop's block barriers.
+ * The running best of a row's list l (nl entries) fell to thr - slack:
+ * drop the entries now past thr, so that values listed against an older,
+ * higher best take no room (a walk that meets the row's own centroid late
+ * would otherwise overflow on far centroids listed before it, and settle
+ * the row against every centroid).  The row's quad (the 4 lanes of qmask,
+ * which agree on thr) shares the cap entries, cap / 4 a lane; the list's
+ * order changes, which nothing depends on.  An overflowed list (count past
+ * cap) stays overflowed: its lost entries are not known.  thr is never
+ * below the row's final threshold, so no entry within it is dropped.  The
+ * 4 lanes read the same count: the list's last appends came before the
+ * slice loop's block barriers.
  */
 __device__ __forceinline__ void
-kmg_list_prune(float thr, int l, int cap, float *sval, int *sid, int *scnt, int t4, unsigned qmask)
+kmg_list_prune(float thr, int l, int nl, int cap, float *sval, int *sid, int *scnt, int t4, unsigned qmask)
 {
 	constexpr int PER = SMC / 4;
-	const int	nl = scnt[l];
 	float		v[PER];
 	int			id[PER];
 	unsigned	keep = 0;
 
-	if (nl == 0 || nl > cap)
+	if (nl > cap)
 		return;
 #pragma unroll
 	for (int u = 0; u < PER; u++)
@@ -784,8 +783,14 @@ kmg_screen_kernel(kmg_args a, int mode)
 
 					const float thr = rbest[mt][h] + sslack[r];
 
-					if (fell && scnt[wn * SBM + r] > SMC / 2)
-						kmg_list_prune(thr, wn * SBM + r, SMC, sval, sid, scnt, t4, 0xfu << (lane & ~3));
+					if (fell)
+					{
+						const int	nl = scnt[wn * SBM + r];
+
+						if (nl > SMC / 2)
+							kmg_list_prune(thr, wn * SBM + r, nl, SMC, sval, sid, scnt, t4,
+										   0xfu << (lane & ~3));
+					}
 					/* the thread's values of this row all lie past it: nothing to list */
 					if (!(m <= thr))
 						continue;
