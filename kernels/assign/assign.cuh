@@ -159,6 +159,8 @@ cudaError_t kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream);
 cudaError_t kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_t stream);
 int			kmg_screen_wgmma_usable(int dp, const kmg_device *dev);
 size_t		kmg_screen_work_bytes(int k, int dp);
+size_t		kmg_screen_tail_bytes(void);
+int			kmg_screen_tail_tickets(void);
 size_t		kmg_screen_rows16_bytes(int64_t n, int dp);
 cudaError_t kmg_screen_rows16(const float *X, int64_t n, int dp, float xabsmax, int wgmma,
 							  unsigned short *Xh, int *xexp, int sms, cudaStream_t stream);

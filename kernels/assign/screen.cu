@@ -101,6 +101,15 @@ constexpr int SB_FL = SBN * SAP;
 constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL + SBN) * sizeof(float) +
 	(size_t) 2 * SBM * SMC * (sizeof(float) + sizeof(int)) + (size_t) 8 * SBM * sizeof(int);
 
+/*
+ * With bounds the listed rows' last row blocks may be split by centroid
+ * tiles (kmg_screen_kernel): at most STP parts in all, each keeping its
+ * rows' lists, bests and overflow flags in STP_WORDS words of a->stail.
+ */
+constexpr int STP = 512;
+constexpr int STP_TILES = 2;	/* tiles of a part at least */
+constexpr size_t STP_WORDS = (size_t) 7 * SBM + (size_t) 4 * SBM * SMC;
+
 static_assert(SNT == SBM, "one thread a row at the end");
 static_assert(KMG_SCREEN_CANDS <= SMC && KMG_SCREEN_CANDS == 8, "the certify kernel's lanes");
 static_assert(SMC % 4 == 0, "a list's entries shared by its row's 4 lanes (kmg_list_prune)");
@@ -513,12 +522,105 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, const int *prev, float
 }
 
 /*
+ * The end of part `part` of split row block c (sp parts; kmg_screen_kernel
+ * with bounds), for the list entry e of thread tid's row (-1: none): the
+ * part's lists, bests and overflow flags from shared memory to a->stail,
+ * then, in the last part of the row block to finish, the row decided from
+ * all of them: best the least of the 2 sp halves' bests, second the least
+ * of their second values and of the second least best (with repeats, as
+ * one walk's two halves combine them), overflowed if any part did.
+ * Called by every thread of the block (barriers); returns whether the
+ * row's label moved.
+ */
+template <bool H>
+__device__ __forceinline__ int
+kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int sp, int part, int64_t e, const float *sval,
+					 const int *sid, const int *scnt, const int *sover, const float *swbest,
+					 const float *swsecond, const float *sslack, int *s_last, int ce)
+{
+	const int	tid = threadIdx.x;
+	const int	nl = 2 * sp;	/* the row block's lists: (part, half) */
+	float	   *reg = a.stail + (size_t) c * sp * STP_WORDS;
+	int		   *gcnt = (int *) reg;	/* [list][row] */
+	float	   *gbest = reg + (size_t) nl * SBM;
+	float	   *gsecond = gbest + (size_t) nl * SBM;
+	int		   *gover = (int *) (gsecond + (size_t) nl * SBM);	/* [part][row] */
+	float	   *gval = (float *) (gover + (size_t) sp * SBM);	/* [list][row][SMC] */
+	int		   *gid = (int *) (gval + (size_t) nl * SBM * SMC);
+	int			moved = 0;
+
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+	{
+		const int	l = 2 * part + h;
+		const int	cnt = min(scnt[h * SBM + tid], SMC);
+
+		gcnt[l * SBM + tid] = cnt;
+		gbest[l * SBM + tid] = swbest[h * SBM + tid];
+		gsecond[l * SBM + tid] = swsecond[h * SBM + tid];
+		for (int s = 0; s < cnt; s++)
+		{
+			gval[((size_t) l * SBM + tid) * SMC + s] = sval[(h * SBM + tid) * SMC + s];
+			gid[((size_t) l * SBM + tid) * SMC + s] = sid[(h * SBM + tid) * SMC + s];
+		}
+	}
+	gover[part * SBM + tid] = sover[tid];
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		*s_last = atomicAdd(&a.stick[c], 1) == sp - 1;
+	__syncthreads();
+	if (!*s_last)
+		return 0;
+	__threadfence();
+	if (tid == 0)
+		a.stick[c] = 0;			/* for the next pass */
+	if (e >= 0)
+	{
+		const int64_t i = (int64_t) a.brow[e];
+		float		b1 = INFINITY,
+					b2 = INFINITY,
+					s2 = INFINITY;
+		int			over = 0;
+
+		for (int l = 0; l < nl; l++)
+		{
+			const float v = __ldcg(gbest + l * SBM + tid);
+
+			s2 = fminf(s2, __ldcg(gsecond + l * SBM + tid));
+			b2 = fminf(b2, fmaxf(b1, v));
+			b1 = fminf(b1, v);
+		}
+		for (int p = 0; p < sp; p++)
+			over |= __ldcg(gover + p * SBM + tid);
+		moved = kmg_screen_decide<H, true>(a, mode, i, a.labels + i, b1, fminf(s2, b2), sslack[tid], over,
+										   gval + (size_t) tid * SMC, gid + (size_t) tid * SMC, gcnt + tid, nl,
+										   SMC, ce);
+	}
+	return moved;
+}
+
+/*
  * The screen (file header).  B false: block b screens rows 128 b on, one
  * block per 128 rows.  B true (a Lloyd iteration with bounds, bounds.cu):
  * the blocks walk the rows listed on a->brow, 128 at a time, and each
  * listed row also gets its bounds (a->ub, a->lb), for which the epilogue
  * keeps each row's second least value too.  128 threads; SSMEM bytes of
  * dynamic shared memory.
+ *
+ * With bounds the list is often a few row blocks past a whole number of
+ * the grid's rounds (late in a fit, fewer row blocks than blocks), and
+ * each row block is a whole walk over k (B: 40 tiles): the last round
+ * would keep most SMs idle for a whole walk.  So where that last round has
+ * at most half the grid's row blocks, each of them is split into sp parts
+ * of consecutive centroid tiles (at least STP_TILES each), all of them in
+ * one round of the grid; a part keeps its rows' bests, second least
+ * values, lists and overflow flags in a->stail, and the last part of a row
+ * block to finish (a ticket on a->stick) reads them all and decides its
+ * rows.  A part lists every value within the
+ * slack of its own running best, which is never below the row's best, so
+ * the union of the parts' lists holds every value within the row's
+ * threshold, as one walk's two lists do.
  */
 template <bool H, bool B>
 __global__ void __launch_bounds__(SNT, 2)
@@ -563,6 +665,24 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const int	ce = H ? kmg_screen16_ce(a) : 0;
 	const int64_t nrows = B ? (int64_t) *(volatile int *) &a.bs->nlist : n;
 	const int64_t nblk = (nrows + SBM - 1) / SBM;
+	int64_t		nwhole = nblk;	/* row blocks walked whole; then the split ones' parts */
+	int			sp = 1;			/* parts of a split row block */
+
+	if (B)
+	{
+		const int64_t grid = gridDim.x;
+		const int64_t last = nblk % grid;	/* row blocks of the last round */
+
+		if (last > 0 && 2 * last <= grid)
+			sp = (int) min((int64_t) tiles / STP_TILES, min(grid / last, (int64_t) STP / last));
+		if (sp > 1)
+			nwhole = nblk - last;
+		else
+			sp = 1;
+	}
+
+	const int64_t nwork = nwhole + (nblk - nwhole) * sp;
+	__shared__ int s_tail_last;
 	const int	lr = tid >> 2,
 				lq = tid & 3;
 	const unsigned sAs = (unsigned) __cvta_generic_to_shared(sA) + (lr * SAP + lq * 4) * 4;
@@ -578,8 +698,13 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const unsigned fB = (unsigned) __cvta_generic_to_shared(sB) +
 		((wn * 64 + mr + (mi >> 1) * 8) * SAP + (mi & 1) * 4) * 4;
 
-	for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x)
+	for (int64_t wk = blockIdx.x; wk < nwork; wk += gridDim.x)
 	{
+		const bool	split = B && wk >= nwhole;
+		const int64_t blk = split ? nwhole + (wk - nwhole) / sp : wk;
+		const int	part = split ? (int) ((wk - nwhole) % sp) : 0;
+		const int	t0 = split ? part * tiles / sp : 0,	/* this part's centroid tiles */
+					t1 = split ? (part + 1) * tiles / sp : tiles;
 		const int64_t e0 = blk * SBM;	/* the block's first row, or list entry */
 
 		scnt[tid] = 0;
@@ -663,12 +788,13 @@ kmg_screen_kernel(kmg_args a, int mode)
 		};
 
 		/* the walk's next copy: slice q is slice ls of tile lt */
-		int			lq_next = 0,
+		int			lq_next = t0 * ks,
 					ls_next = 0,
-					lt_next = 0;
+					lt_next = t0;
+		const int	qend = t1 * ks;
 		auto load_next = [&] ()
 		{
-			if (lq_next < total)
+			if (lq_next < qend)
 			{
 				load(lq_next, ls_next, lt_next);
 				lq_next++;
@@ -686,7 +812,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 			load_next();
 
 		float		acc[4][8][4];
-		int			q = 0;
+		int			q = t0 * ks;
 
 		/*
 		 * The running best of each of this thread's rows over this warp's
@@ -700,7 +826,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 		for (int mt = 0; mt < 4; mt++)
 			rbest[mt][0] = rbest[mt][1] = rsecond[mt][0] = rsecond[mt][1] = INFINITY;
 
-		for (int t = 0; t < tiles; t++)
+		for (int t = t0; t < t1; t++)
 		{
 			for (int s = 0; s < ks; s++, q++)
 			{
@@ -821,7 +947,12 @@ kmg_screen_kernel(kmg_args a, int mode)
 		/* one thread a row: the label, the candidates' listing, or the full settling */
 		int			moved = 0;
 
-		if (e0 + tid < nrows)
+		if (split)
+		{
+			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, sp, part, e0 + tid < nrows ? e0 + tid : -1,
+											sval, sid, scnt, sover, swbest, swsecond, sslack, &s_tail_last, ce);
+		}
+		else if (e0 + tid < nrows)
 		{
 			const int64_t i = B ? (int64_t) a.brow[e0 + tid] : e0 + tid;
 
@@ -1626,6 +1757,19 @@ kmg_screen_work_bytes(int k, int dp)
 	const size_t tiles = (size_t) (k + SBN - 1) / SBN;
 
 	return tiles * ((dp + 15) / 16) * SLICE_BYTES + tiles * SBN * sizeof(float);
+}
+
+/* Bytes of a->stail and tickets of a->stick (kmg_screen_kernel's split row blocks, with bounds). */
+size_t
+kmg_screen_tail_bytes(void)
+{
+	return (size_t) STP * STP_WORDS * sizeof(float);
+}
+
+int
+kmg_screen_tail_tickets(void)
+{
+	return STP;
 }
 
 /* Raise a screen kernel's shared memory to smem, with the largest carveout (per device). */

@@ -732,6 +732,7 @@ kmg_run_start(kmg_fit *f, int run, km_error *err)
 		/* no row has bounds yet (not a number: the first screen decides every row) */
 		KMG_CK(cudaMemsetAsync(f->w.a.ub, 0xff, (size_t) f->w.a.n * sizeof(float), f->s));
 		KMG_CK(cudaMemsetAsync(f->w.a.bs, 0, sizeof(kmg_bstate), f->s));
+		KMG_CK(cudaMemsetAsync(f->w.a.stick, 0, (size_t) kmg_screen_tail_tickets() * sizeof(int), f->s));
 	}
 	f->rs_rebuild = f->w.rs.on;
 	if ((st = kmg_seed(f, run, err)) != KM_OK)

@@ -128,6 +128,8 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 				w->a.Cprev = (float *) kmg_carve(&c, (size_t) kp * dp * sizeof(float));
 				w->a.drift = (float *) kmg_carve(&c, (size_t) k * sizeof(float));
 				w->a.bs = (kmg_bstate *) kmg_carve(&c, sizeof(kmg_bstate));
+				w->a.stail = (float *) kmg_carve(&c, kmg_screen_tail_bytes());
+				w->a.stick = (int *) kmg_carve(&c, (size_t) kmg_screen_tail_tickets() * sizeof(int));
 			}
 			if (sh->running)
 			{

@@ -246,6 +246,13 @@ typedef struct kmg_args
 	int32_t    *bold;
 	int64_t		rs_resum;
 	struct kmg_bstate *bs;
+	/*
+	 * With bounds, the mma.sync screen's last row blocks split by centroid
+	 * tiles (screen.cu, kmg_screen_kernel): their parts' lists (stail) and a
+	 * ticket per split row block (stick, zero between passes).
+	 */
+	float	   *stail;
+	int		   *stick;
 	int32_t    *crow;
 	int32_t    *cids;
 	int			ccap;
