@@ -27,6 +27,15 @@
  * kmg_bounds_rows_kernel (the test, the tightening, the list).  Rows without
  * bounds (ub not finite: the first iteration, rows settled against every
  * centroid) are always listed.
+ *
+ * The far centroids (a->frow set: k >= KMG_FAR_MIN_K on the mma.sync
+ * screen).  The drifts are heavy-tailed, and lb falls by the largest.  So
+ * the drift kernel also takes the KMG_FAR_C centroids that moved farthest
+ * and tau, the largest drift of the others; a crossing row whose centroid
+ * is not far and whose ub is below lb - tau (every other centroid that is
+ * not far lies past that) is listed on a->frow instead, and screen.cu's
+ * kmg_screen_far screens it against the far centroids alone: its label
+ * stays where they all lie past ub, else it joins a->brow.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -36,6 +45,71 @@
 
 #define KMG_BD_NT 256			/* threads of both kernels */
 #define KMG_BD_LANE_ROWS 8		/* crossing rows in a warp from which each lane measures its own */
+
+/*
+ * The far centroids (a->frow set; the drift kernel's last block, every
+ * thread): tau, the (KMG_FAR_C + 1)-th largest drift (ties counted), by
+ * four rounds of a radix select on the drifts' bits (drifts are not
+ * negative, so their bits order as they do), and the centroids whose
+ * drift exceeds it, at most KMG_FAR_C, to a->farc.  Every other centroid
+ * moved at most tau.  With k <= KMG_FAR_C every centroid is far (tau 0).
+ */
+__device__ __forceinline__ void
+kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *need, int *nfc)
+{
+	unsigned	mask = 0;
+
+	if (threadIdx.x == 0)
+	{
+		*prefix = 0;
+		*need = KMG_FAR_C + 1;	/* the rank sought, from the largest */
+		*nfc = 0;
+	}
+	for (int shift = 24; shift >= 0; shift -= 8)
+	{
+		__syncthreads();
+		for (int b = threadIdx.x; b < 256; b += blockDim.x)
+			hist[b] = 0;
+		__syncthreads();
+		for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+		{
+			const unsigned key = __float_as_uint(*(volatile float *) &a.drift[j]);
+
+			if ((key & mask) == *prefix)
+				atomicAdd(&hist[(key >> shift) & 255u], 1u);
+		}
+		__syncthreads();
+		if (threadIdx.x == 0)
+		{
+			unsigned	cum = 0;
+			int			b = 255;
+
+			/* the bin holding the need-th largest (none when k < need: the least key) */
+			for (; b > 0; b--)
+			{
+				if (cum + hist[b] >= (unsigned) *need)
+					break;
+				cum += hist[b];
+			}
+			*need -= (int) cum;
+			*prefix |= (unsigned) b << shift;
+		}
+		mask |= 255u << shift;
+	}
+	__syncthreads();
+
+	const float tau = a.k > KMG_FAR_C ? __uint_as_float(*prefix) : 0.0f;
+
+	for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+		if (*(volatile float *) &a.drift[j] > tau || a.k <= KMG_FAR_C)
+			a.farc[atomicAdd(nfc, 1)] = j;
+	__syncthreads();
+	if (threadIdx.x == 0)
+	{
+		a.bs->tau = tau;
+		a.bs->nfc = *nfc;
+	}
+}
 
 /*
  * drift_j = |C_j - Cprev_j| rounded up (a warp a centroid: the differences
@@ -51,6 +125,10 @@ kmg_bounds_drift_kernel(kmg_args a)
 				s2[KMG_BD_NT / 32];
 	__shared__ int sj[KMG_BD_NT / 32];
 	__shared__ int s_last;
+	__shared__ unsigned s_hist[256];
+	__shared__ unsigned s_prefix;
+	__shared__ int s_need,
+				s_nfc;
 	const int	lane = threadIdx.x & 31;
 	const int	warp = threadIdx.x >> 5;
 	const int	gw = (int) ((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
@@ -126,6 +204,8 @@ kmg_bounds_drift_kernel(kmg_args a)
 		s2[warp] = m2;
 		sj[warp] = j1;
 	}
+	if (a.frow != NULL)
+		kmg_bounds_far_select(a, s_hist, &s_prefix, &s_need, &s_nfc);
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
@@ -147,6 +227,7 @@ kmg_bounds_drift_kernel(kmg_args a)
 	a.bs->dmax2 = m2 >= 0.0f ? m2 : 0.0f;	/* k = 1: no other centroid */
 	a.bs->jmax = j1;
 	a.bs->nlist = 0;
+	a.bs->nfar = 0;
 	a.bs->ticket = 0;
 }
 
@@ -171,15 +252,19 @@ kmg_bounds_rows_kernel(kmg_args a)
 	const float dmax1 = a.bs->dmax1,
 				dmax2 = a.bs->dmax2;
 	const int	jmax = a.bs->jmax;
+	const bool	far = a.frow != NULL;
+	const float tau = far ? a.bs->tau : 0.0f;
 
 	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < nup; i += stride)
 	{
 		int			need = 0,
 					has = 0,	/* the row has bounds */
 					cross = 0,
+					fartest = 0,	/* for the far centroids' test */
 					j = -1;
 		float		u = 0.0f,
-					l = 0.0f;
+					l = 0.0f,
+					lrest = 0.0f;	/* far: the bound on the distance to the centroids not far */
 
 		if (i < a.n)
 		{
@@ -191,6 +276,8 @@ kmg_bounds_rows_kernel(kmg_args a)
 			{
 				const float dj = a.drift[j];
 
+				if (far && !(dj > tau))
+					lrest = __fsub_rd(l, tau);
 				l = __fsub_rd(l, j == jmax ? dmax2 : dmax1);
 				/*
 				 * Measured only where that may pass: the distance now is at
@@ -251,9 +338,31 @@ kmg_bounds_rows_kernel(kmg_args a)
 		}
 		if (has)
 		{
-			a.ub[i] = u;
-			a.lb[i] = l;
 			need = !(u < l);
+			/*
+			 * Far: only the far centroids may be nearer than ub (the row's
+			 * own is not one of them); kmg_screen_far decides it with lb
+			 * the others' bound, and lists it here if they may be.
+			 */
+			fartest = far && need && lrest > 0.0f && u < lrest;
+			a.ub[i] = u;
+			a.lb[i] = fartest ? lrest : l;
+			need = need && !fartest;
+		}
+		if (far)
+		{
+			const unsigned fb = __ballot_sync(0xffffffffu, fartest);
+
+			if (fb != 0)
+			{
+				int			fbase = 0;
+
+				if (lane == 0)
+					fbase = atomicAdd(&a.bs->nfar, __popc(fb));
+				fbase = __shfl_sync(0xffffffffu, fbase, 0);
+				if (fartest)
+					a.frow[fbase + __popc(fb & ((1u << lane) - 1u))] = (int32_t) i;
+			}
 		}
 
 		const unsigned ball = __ballot_sync(0xffffffffu, need);
@@ -291,5 +400,7 @@ kmg_bounds_list(const kmg_args *a, int sms, cudaStream_t stream)
 		gr = (int64_t) sms * 8;
 	kmg_bounds_drift_kernel<<<gd, KMG_BD_NT, 0, stream>>>(*a);
 	kmg_bounds_rows_kernel<<<(unsigned) (gr > 0 ? gr : 1), KMG_BD_NT, 0, stream>>>(*a);
-	return cudaGetLastError();
+	if (a->frow == NULL)
+		return cudaGetLastError();
+	return kmg_screen_far(a, sms, stream);
 }

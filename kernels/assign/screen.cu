@@ -601,6 +601,33 @@ kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int sp, int part, i
 }
 
 /*
+ * The far centroids' test of row i (kmg_screen_far): best is the row's
+ * least value over the far centroids (a->fsop), so every far centroid is
+ * at least kmg_screen_lb(best) from it.  Below that the row's centroid
+ * stays (ub is below every other centroid: the far ones by this, the
+ * others by lb as kmg_bounds_rows_kernel left it) and lb becomes the
+ * least of the two bounds; else the row joins the screen's list.
+ */
+template <bool H>
+__device__ __forceinline__ void
+kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float slack, int ce)
+{
+	const double sinv = H ? ldexp(1.0, -km_screen16_sexp(a.xexp, ce)) : 1.0;
+	const float lf = kmg_screen_lb(best, slack, a.xnorm[i], sinv);
+
+	if (a.ub[i] < lf)
+		a.lb[i] = fminf(a.lb[i], lf);
+	else
+	{
+		const int	at = atomicAdd(&a.bs->nlist, 1);
+
+		a.brow[at] = (int32_t) i;
+		if (a.bold != NULL)
+			a.bold[at] = a.labels[i];
+	}
+}
+
+/*
  * The screen (file header).  B false: block b screens rows 128 b on, one
  * block per 128 rows.  B true (a Lloyd iteration with bounds, bounds.cu):
  * the blocks walk the rows listed on a->brow, 128 at a time, and each
@@ -621,8 +648,13 @@ kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int sp, int part, i
  * slack of its own running best, which is never below the row's best, so
  * the union of the parts' lists holds every value within the row's
  * threshold, as one walk's two lists do.
+ *
+ * F (with B): the far centroids' test (kmg_screen_far): the rows listed on
+ * a->frow, walked over the far centroids' tiles (a->fsop) only, each row's
+ * least value to kmg_screen_far_decide; no lists, no second value, no
+ * split.
  */
-template <bool H, bool B>
+template <bool H, bool B, bool F = false>
 __global__ void __launch_bounds__(SNT, 2)
 kmg_screen_kernel(kmg_args a, int mode)
 {
@@ -652,9 +684,10 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const int64_t n = a.n;
 	const int	dp = a.dp;
 	const int	ks = (dp + SBK - 1) / SBK;
-	const int	tiles = (a.kp + SBN - 1) / SBN;
+	const int	tiles = F ? KMG_FAR_C / SBN : (a.kp + SBN - 1) / SBN;
 	const int	total = tiles * ks;
-	const char *Bt = (const char *) a.sop;	/* kmg_screen_work_bytes: slices, then cn S */
+	const char *Bt = (const char *) (F ? a.fsop : a.sop);	/* kmg_screen_work_bytes: slices, then cn S */
+	const int32_t *lrow = F ? a.frow : a.brow;	/* B: the rows listed */
 	const char *Cnt = Bt + (size_t) total * SLICE_BYTES;
 
 	if (a.lloyd && *(volatile int *) &a.ctl->stop != KMG_RUN)
@@ -663,12 +696,13 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const float cmax = a.ctl->cmax;
 	const int	all_exact = a.ctl->all_exact;
 	const int	ce = H ? kmg_screen16_ce(a) : 0;
-	const int64_t nrows = B ? (int64_t) *(volatile int *) &a.bs->nlist : n;
+	const int64_t nrows = F ? (int64_t) *(volatile int *) &a.bs->nfar :
+		B ? (int64_t) *(volatile int *) &a.bs->nlist : n;
 	const int64_t nblk = (nrows + SBM - 1) / SBM;
 	int64_t		nwhole = nblk;	/* row blocks walked whole; then the split ones' parts */
 	int			sp = 1;			/* parts of a split row block */
 
-	if (B)
+	if (B && !F)
 	{
 		const int64_t grid = gridDim.x;
 		const int64_t last = nblk % grid;	/* row blocks of the last round */
@@ -700,7 +734,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 
 	for (int64_t wk = blockIdx.x; wk < nwork; wk += gridDim.x)
 	{
-		const bool	split = B && wk >= nwhole;
+		const bool	split = B && !F && wk >= nwhole;
 		const int64_t blk = split ? nwhole + (wk - nwhole) / sp : wk;
 		const int	part = split ? (int) ((wk - nwhole) % sp) : 0;
 		const int	t0 = split ? part * tiles / sp : 0,	/* this part's centroid tiles */
@@ -714,7 +748,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 			const int64_t e = e0 + tid;
 
 			sslack[tid] = e < nrows ?
-				kmg_row_screen_slack<H>(a, a.xnorm[B ? (int64_t) a.brow[e] : e], cmax, all_exact, ce)
+				kmg_row_screen_slack<H>(a, a.xnorm[B ? (int64_t) lrow[e] : e], cmax, all_exact, ce)
 				: 0.0f;
 		}
 
@@ -736,7 +770,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 			const int64_t e = e0 + lr + 32 * u;
 			const int	ok = e < nrows;
 			/* float16 blocks are whole (zeros past n): the block's own */
-			const int64_t i = B ? (ok ? (int64_t) a.brow[e] : 0) : (ok || H ? e : 0);
+			const int64_t i = B ? (ok ? (int64_t) lrow[e] : 0) : (ok || H ? e : 0);
 
 			xok |= (unsigned) ok << u;
 			if (H)
@@ -885,7 +919,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 								m2 = INFINITY,
 								mw;
 
-					if (B)
+					if (B && !F)
 					{
 						/* the thread's least two, then the row's over its 4 threads */
 #pragma unroll
@@ -906,6 +940,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 					const bool	fell = mw < rbest[mt][h];	/* the same in the row's 4 lanes */
 
 					rbest[mt][h] = fminf(rbest[mt][h], mw);
+					if (F)
+						continue;	/* the far test needs the least value only */
 
 					const float thr = rbest[mt][h] + sslack[r];
 
@@ -947,7 +983,13 @@ kmg_screen_kernel(kmg_args a, int mode)
 		/* one thread a row: the label, the candidates' listing, or the full settling */
 		int			moved = 0;
 
-		if (split)
+		if (F)
+		{
+			if (e0 + tid < nrows)
+				kmg_screen_far_decide<H>(a, (int64_t) a.frow[e0 + tid], fminf(swbest[tid], swbest[SBM + tid]),
+										 sslack[tid], ce);
+		}
+		else if (split)
 		{
 			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, sp, part, e0 + tid < nrows ? e0 + tid : -1,
 											sval, sid, scnt, sover, swbest, swsecond, sslack, &s_tail_last, ce);
@@ -1631,7 +1673,7 @@ kmg_screen_certify_kernel(kmg_args a, int mode)
  * (km_screen16_slack; ce from the cmax of the previous finalize, as the
  * screen reads it).
  */
-template <bool H>
+template <bool H, bool FAR = false>
 __global__ void
 kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 {
@@ -1641,8 +1683,9 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const int64_t nv = (int64_t) tiles * ks * SBN * SBK;
 	const int	rows = tiles * SBN;
+	const int	nfc = FAR ? a.bs->nfc : 0;	/* FAR: column c of the tiles is centroid a->farc[c] */
 	const float *__restrict__ Cf = a.Cf;
-	T		   *op = (T *) a.sop;
+	T		   *op = (T *) (FAR ? a.fsop : a.sop);
 	float	   *cns = (float *) (op + nv);
 	const int	ce = H ? kmg_screen16_ce(a) : 0;
 	const int	ok = H && km_screen16_ok(a.xexp, ce);
@@ -1658,7 +1701,8 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 			const int	r = (int) (rs % SBN);
 			const int64_t ts = rs / SBN;
 			const int	sl = (int) (ts % ks);
-			const int64_t j = (ts / ks) * SBN + r;
+			const int64_t fi = (ts / ks) * SBN + r;
+			const int64_t j = FAR ? (fi < nfc ? (int64_t) a.farc[fi] : (int64_t) a.k) : fi;
 			const int	col = sl * SBK + c;
 			const int	in = j < a.k && col < a.dp;
 			const float v = in ? Cf[j * a.dp + col] : 0.0f;
@@ -1674,7 +1718,10 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 		{
 			const int64_t j = e - nv;
 
-			cns[j] = j < a.k ? S * a.cn[j] : INFINITY;
+			if (FAR)
+				cns[j] = j < nfc ? S * a.cn[a.farc[j]] : INFINITY;
+			else
+				cns[j] = j < a.k ? S * a.cn[j] : INFINITY;
 		}
 	}
 }
@@ -1770,6 +1817,43 @@ int
 kmg_screen_tail_tickets(void)
 {
 	return STP;
+}
+
+static cudaError_t kmg_screen_attributes(const void *fn, size_t smem);
+
+/* Whether a fit with bounds tests far centroids (the mma.sync screen, k >= KMG_FAR_MIN_K). */
+int
+kmg_screen_far_on(int k, int wgmma)
+{
+	return !wgmma && k >= KMG_FAR_MIN_K;
+}
+
+/*
+ * The far centroids' test (after kmg_bounds_rows_kernel, a->frow set): the
+ * far centroids' operand (one tile: a->farc's columns, zeros and +INF
+ * norms past a->bs->nfc), then the rows of a->frow screened against it
+ * alone, each kept or added to the screen's list (kmg_screen_far_decide).
+ */
+cudaError_t
+kmg_screen_far(const kmg_args *a, int sms, cudaStream_t stream)
+{
+	typedef void (*screen_fn) (kmg_args, int);
+	const bool	h = a->Xh != NULL;
+	const int64_t pb = ((int64_t) KMG_FAR_C * (a->dp + 16) + 255) / 256;
+	const screen_fn fn = h ? kmg_screen_kernel<true, true, true> : kmg_screen_kernel<false, true, true>;
+	cudaError_t e;
+
+	const unsigned pg = (unsigned) (pb < sms * 4 ? pb : sms * 4);
+
+	if (h)
+		kmg_screen_prepare_kernel<true, true><<<pg, 256, 0, stream>>>(*a, KMG_FAR_C / SBN, 0);
+	else
+		kmg_screen_prepare_kernel<false, true><<<pg, 256, 0, stream>>>(*a, KMG_FAR_C / SBN, 0);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+		(e = kmg_screen_attributes((const void *) fn, SSMEM)) != cudaSuccess)
+		return e;
+	fn<<<(unsigned) (2 * sms), SNT, SSMEM, stream>>>(*a, KMG_MODE_ITER);
+	return cudaGetLastError();
 }
 
 /* Raise a screen kernel's shared memory to smem, with the largest carveout (per device). */

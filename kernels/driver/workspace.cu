@@ -130,6 +130,12 @@ kmg_layout(const kmg_shape *sh, char *base, kmg_work *w)
 				w->a.bs = (kmg_bstate *) kmg_carve(&c, sizeof(kmg_bstate));
 				w->a.stail = (float *) kmg_carve(&c, kmg_screen_tail_bytes());
 				w->a.stick = (int *) kmg_carve(&c, (size_t) kmg_screen_tail_tickets() * sizeof(int));
+				if (kmg_screen_far_on(k, sh->plan.wgmma) && !kmg_env_off("KMG_FAR"))
+				{
+					w->a.frow = (int32_t *) kmg_carve(&c, (size_t) n * sizeof(int32_t));
+					w->a.farc = (int32_t *) kmg_carve(&c, (size_t) KMG_FAR_C * sizeof(int32_t));
+					w->a.fsop = (float *) kmg_carve(&c, kmg_screen_work_bytes(KMG_FAR_C, dp));
+				}
 			}
 			if (sh->running)
 			{

@@ -137,6 +137,14 @@ typedef struct kmg_bstate
 	int			jmax;
 	int			nlist;
 	unsigned int ticket;
+	/*
+	 * The far centroids (with a->frow): the nfc centroids whose drift
+	 * exceeds tau, every other centroid's drift at most tau; the rows
+	 * listed for their test (a->frow, nfar of them).
+	 */
+	float		tau;
+	int			nfc;
+	int			nfar;
 } kmg_bstate;
 
 /* Statistics of one finished iteration, read back between batches. */
@@ -253,6 +261,14 @@ typedef struct kmg_args
 	 */
 	float	   *stail;
 	int		   *stick;
+	/*
+	 * The far centroids' test (bounds.cu, screen.cu's kmg_screen_far), or
+	 * NULL: the rows it takes (frow), the far centroids (farc, KMG_FAR_C
+	 * of them at most) and their screen operand (fsop).
+	 */
+	int32_t    *frow;
+	int32_t    *farc;
+	float	   *fsop;
 	int32_t    *crow;
 	int32_t    *cids;
 	int			ccap;
