@@ -52,8 +52,11 @@
  * four rounds of a radix select on the drifts' bits (drifts are not
  * negative, so their bits order as they do), and the centroids whose
  * drift exceeds it, at most KMG_FAR_C, to a->farc.  Every other centroid
- * moved at most tau.  With k <= KMG_FAR_C every centroid is far (tau 0).
+ * moved at most tau.  The test runs from k = KMG_FAR_MIN_K, so there are
+ * more than KMG_FAR_C centroids and tau is a drift of one of them.
  */
+static_assert(KMG_FAR_MIN_K > KMG_FAR_C, "more centroids than far ones");
+
 __device__ __forceinline__ void
 kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *need, int *nfc)
 {
@@ -84,7 +87,7 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
 			unsigned	cum = 0;
 			int			b = 255;
 
-			/* the bin holding the need-th largest (none when k < need: the least key) */
+			/* the bin holding the need-th largest */
 			for (; b > 0; b--)
 			{
 				if (cum + hist[b] >= (unsigned) *need)
@@ -98,10 +101,10 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
 	}
 	__syncthreads();
 
-	const float tau = a.k > KMG_FAR_C ? __uint_as_float(*prefix) : 0.0f;
+	const float tau = __uint_as_float(*prefix);
 
 	for (int j = threadIdx.x; j < a.k; j += blockDim.x)
-		if (*(volatile float *) &a.drift[j] > tau || a.k <= KMG_FAR_C)
+		if (*(volatile float *) &a.drift[j] > tau)
 			a.farc[atomicAdd(nfc, 1)] = j;
 	__syncthreads();
 	if (threadIdx.x == 0)

@@ -644,10 +644,10 @@ kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float slack, int
  * one round of the grid; a part keeps its rows' bests, second least
  * values, lists and overflow flags in a->stail, and the last part of a row
  * block to finish (a ticket on a->stick) reads them all and decides its
- * rows.  A part lists every value within the
- * slack of its own running best, which is never below the row's best, so
- * the union of the parts' lists holds every value within the row's
- * threshold, as one walk's two lists do.
+ * rows.  A part lists every value within the slack of its own running
+ * best, which is never below the row's best, so the union of the parts'
+ * lists holds every value within the row's threshold, as one walk's two
+ * lists do.
  *
  * F (with B): the far centroids' test (kmg_screen_far): the rows listed on
  * a->frow, walked over the far centroids' tiles (a->fsop) only, each row's

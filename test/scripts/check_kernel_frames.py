@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The engine's kernels keep their arguments where the launch put them.  A
 kernel that takes kmg_args by value and hands a reference to it to an
-out-of-line function gets a private copy of all 544 bytes on every thread's
-stack unless the parameter is __grid_constant__: on 1M x 8 rows that copy
+out-of-line function gets a private copy of all of it (584 bytes now, 544
+then) on every thread's stack unless the parameter is __grid_constant__: on 1M x 8 rows that copy
 was 36 MB of local stores a pass, more than the rows themselves, and a
 third of the iteration (kernels/bench/NOTES.md, "The narrow pass, round
 12"); kmg_finalize1_kernel and kmg_reduce_finalize_kernel still hand the
