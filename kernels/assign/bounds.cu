@@ -31,7 +31,7 @@
  * The far centroids (a->frow set: k >= KMG_FAR_MIN_K on the mma.sync
  * screen).  The drifts are heavy-tailed, and lb falls by the largest.  So
  * the drift kernel also takes the KMG_FAR_C centroids that moved farthest
- * and tau, the largest drift of the others; a crossing row whose centroid
+ * and tau, a bound on the others' drifts; a crossing row whose centroid
  * is not far and whose ub is below lb - tau (every other centroid that is
  * not far lies past that) is listed on a->frow instead, and screen.cu's
  * kmg_screen_far screens it against the far centroids alone: its label
@@ -47,19 +47,41 @@
 #define KMG_BD_LANE_ROWS 8		/* crossing rows in a warp from which each lane measures its own */
 
 /*
+ * The drift kernel's last block reads all k drifts several times (the
+ * largest two, the far select's rounds): KMG_BD_BATCH loads in flight a
+ * thread, from L2 (the other blocks wrote them; their ticket orders it),
+ * -1 past k.
+ */
+#define KMG_BD_BATCH 8
+
+__device__ __forceinline__ void
+kmg_bounds_drift_batch(const kmg_args &a, int base, float *v)
+{
+#pragma unroll
+	for (int u = 0; u < KMG_BD_BATCH; u++)
+	{
+		const int	j = base + u * KMG_BD_NT + (int) threadIdx.x;
+
+		v[u] = j < a.k ? __ldcg(&a.drift[j]) : -1.0f;
+	}
+}
+
+/*
  * The far centroids (a->frow set; the drift kernel's last block, every
- * thread): tau, the (KMG_FAR_C + 1)-th largest drift (ties counted), by
- * four rounds of a radix select on the drifts' bits (drifts are not
- * negative, so their bits order as they do), and the centroids whose
- * drift exceeds it, at most KMG_FAR_C, to a->farc.  Every other centroid
- * moved at most tau.  The test runs from k = KMG_FAR_MIN_K, so there are
- * more than KMG_FAR_C centroids and tau is a drift of one of them.
+ * thread): tau, the largest float whose top 16 bits are those of the
+ * (KMG_FAR_C + 1)-th largest drift (ties counted), by two rounds of a
+ * radix select on the drifts' bits (drifts are not negative, so their bits
+ * order as they do); so tau is at least that drift and within 2^-7 of it,
+ * and the centroids whose drift exceeds it, at most KMG_FAR_C, go to
+ * a->farc.  Every other centroid moved at most tau.  The test runs from k =
+ * KMG_FAR_MIN_K, so there are more than KMG_FAR_C centroids.
  */
 static_assert(KMG_FAR_MIN_K > KMG_FAR_C, "more centroids than far ones");
 
 __device__ __forceinline__ void
 kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *need, int *nfc)
 {
+	const int	lane = threadIdx.x & 31;
 	unsigned	mask = 0;
 
 	if (threadIdx.x == 0)
@@ -68,44 +90,90 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
 		*need = KMG_FAR_C + 1;	/* the rank sought, from the largest */
 		*nfc = 0;
 	}
-	for (int shift = 24; shift >= 0; shift -= 8)
+	for (int shift = 24; shift >= 16; shift -= 8)
 	{
 		__syncthreads();
 		for (int b = threadIdx.x; b < 256; b += blockDim.x)
 			hist[b] = 0;
 		__syncthreads();
-		for (int j = threadIdx.x; j < a.k; j += blockDim.x)
-		{
-			const unsigned key = __float_as_uint(*(volatile float *) &a.drift[j]);
 
-			if ((key & mask) == *prefix)
-				atomicAdd(&hist[(key >> shift) & 255u], 1u);
+		const unsigned pre = *prefix;
+
+		for (int base = 0; base < a.k; base += KMG_BD_NT * KMG_BD_BATCH)
+		{
+			float		v[KMG_BD_BATCH];
+
+			kmg_bounds_drift_batch(a, base, v);
+#pragma unroll
+			for (int u = 0; u < KMG_BD_BATCH; u++)
+			{
+				const unsigned key = __float_as_uint(v[u]);
+				const bool	in = base + u * KMG_BD_NT + (int) threadIdx.x < a.k && (key & mask) == pre;
+				/* one add a bin a warp: the drifts share their high bits */
+				const unsigned bin = in ? (key >> shift) & 255u : 256u + lane;
+				const unsigned peers = __match_any_sync(0xffffffffu, bin);
+
+				if (in && lane == __ffs(peers) - 1)
+					atomicAdd(&hist[bin], (unsigned) __popc(peers));
+			}
 		}
 		__syncthreads();
-		if (threadIdx.x == 0)
+		if (threadIdx.x < 32)
 		{
-			unsigned	cum = 0;
-			int			b = 255;
+			/* the bin holding the need-th largest: lane l counts bins 8 l .. 8 l + 7 */
+			unsigned	c[8],
+						sum = 0;
 
-			/* the bin holding the need-th largest */
-			for (; b > 0; b--)
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				sum += c[q] = hist[8 * lane + q];
+
+			unsigned	incl = sum;	/* bins of lanes lane .. 31 */
+
+			for (int o = 1; o < 32; o <<= 1)
 			{
-				if (cum + hist[b] >= (unsigned) *need)
-					break;
-				cum += hist[b];
+				const unsigned t = __shfl_down_sync(0xffffffffu, incl, o);
+
+				if (lane + o < 32)
+					incl += t;
 			}
-			*need -= (int) cum;
-			*prefix |= (unsigned) b << shift;
+
+			const unsigned above = incl - sum;
+			const unsigned nd = (unsigned) *need;
+
+			if (above < nd && (nd <= incl || lane == 0))
+			{
+				unsigned	cum = above;
+				int			q = 7;
+
+				for (; q > 0; q--)
+				{
+					if (cum + c[q] >= nd)
+						break;
+					cum += c[q];
+				}
+				*need = (int) (nd - cum);
+				*prefix = pre | (unsigned) (8 * lane + q) << shift;
+			}
 		}
 		mask |= 255u << shift;
 	}
 	__syncthreads();
 
-	const float tau = __uint_as_float(*prefix);
+	/* the bin's largest float (+INF's bin holds +INF alone) */
+	const unsigned top = *prefix;
+	const float tau = top >= 0x7f800000u ? INFINITY : __uint_as_float(top | 0xffffu);
 
-	for (int j = threadIdx.x; j < a.k; j += blockDim.x)
-		if (*(volatile float *) &a.drift[j] > tau)
-			a.farc[atomicAdd(nfc, 1)] = j;
+	for (int base = 0; base < a.k; base += KMG_BD_NT * KMG_BD_BATCH)
+	{
+		float		v[KMG_BD_BATCH];
+
+		kmg_bounds_drift_batch(a, base, v);
+#pragma unroll
+		for (int u = 0; u < KMG_BD_BATCH; u++)
+			if (v[u] > tau)		/* past k: -1 */
+				a.farc[atomicAdd(nfc, 1)] = base + u * KMG_BD_NT + (int) threadIdx.x;
+	}
 	__syncthreads();
 	if (threadIdx.x == 0)
 	{
@@ -145,12 +213,29 @@ kmg_bounds_drift_kernel(kmg_args a)
 		float	   *cp = a.Cprev + (size_t) j * a.dp;
 		double		s = 0.0;
 
-		for (int i = lane; i < a.dp; i += 32)
+		/* KMG_BD_BATCH columns a lane read before any is written back */
+		for (int i0 = lane; i0 < a.dp; i0 += 32 * KMG_BD_BATCH)
 		{
-			const double t = (double) c[i] - (double) cp[i];
+			float		cv[KMG_BD_BATCH],
+						pv[KMG_BD_BATCH];
 
-			s += t * t;
-			cp[i] = c[i];
+#pragma unroll
+			for (int u = 0; u < KMG_BD_BATCH; u++)
+			{
+				const int	i = i0 + 32 * u;
+
+				cv[u] = i < a.dp ? c[i] : 0.0f;
+				pv[u] = i < a.dp ? cp[i] : 0.0f;
+			}
+#pragma unroll
+			for (int u = 0; u < KMG_BD_BATCH; u++)
+			{
+				const double t = (double) cv[u] - (double) pv[u];
+
+				s += t * t;
+				if (i0 + 32 * u < a.dp)
+					cp[i0 + 32 * u] = cv[u];
+			}
 		}
 		for (int o = 16; o > 0; o >>= 1)
 			s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -173,18 +258,24 @@ kmg_bounds_drift_kernel(kmg_args a)
 				m2 = -1.0f;
 	int			j1 = -1;
 
-	for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+	for (int base = 0; base < a.k; base += KMG_BD_NT * KMG_BD_BATCH)
 	{
-		const float v = *(volatile float *) &a.drift[j];
+		float		v[KMG_BD_BATCH];
 
-		if (v > m1)
+		kmg_bounds_drift_batch(a, base, v);
+#pragma unroll
+		for (int u = 0; u < KMG_BD_BATCH; u++)
 		{
-			m2 = m1;
-			m1 = v;
-			j1 = j;
+			/* past k: -1, below every drift and m1's start; j ascends */
+			if (v[u] > m1)
+			{
+				m2 = m1;
+				m1 = v[u];
+				j1 = base + u * KMG_BD_NT + (int) threadIdx.x;
+			}
+			else if (v[u] > m2)
+				m2 = v[u];
 		}
-		else if (v > m2)
-			m2 = v;
 	}
 	for (int o = 16; o > 0; o >>= 1)
 	{
