@@ -102,13 +102,33 @@ constexpr size_t SSMEM = (size_t) SSTAGES * (SA_FL + SB_FL + SBN) * sizeof(float
 	(size_t) 2 * SBM * SMC * (sizeof(float) + sizeof(int)) + (size_t) 8 * SBM * sizeof(int);
 
 /*
- * With bounds the listed rows' last row blocks may be split by centroid
- * tiles (kmg_screen_kernel): at most STP parts in all, each keeping its
- * rows' lists, bests and overflow flags in STP_WORDS words of a->stail.
+ * With bounds the listed rows' last row blocks (the tail) may be split by
+ * centroid tiles (kmg_screen_kernel): at most STP parts in all, each
+ * keeping its rows' lists, bests and overflow flags in STP_WORDS words of
+ * a->stail.
  */
 constexpr int STP = 512;
-constexpr int STP_TILES = 2;	/* tiles of a part at least */
+constexpr int STP_TILES = 2;	/* tiles of a block's share of the tail at least */
+constexpr int STP_EVEN_TILES = 16;	/* walks this long: the tail shared evenly (stream-K) */
 constexpr size_t STP_WORDS = (size_t) 7 * SBM + (size_t) 4 * SBM * SMC;
+
+/*
+ * The tail's units (row block, tile), row block by row block, shared by
+ * `slots` blocks: block b takes [kmg_tail_start(b), kmg_tail_start(b + 1)),
+ * at least STP_TILES units (slots <= tail / STP_TILES), so none is empty.
+ */
+__device__ __forceinline__ int64_t
+kmg_tail_start(int64_t b, int64_t tail, int64_t slots)
+{
+	return b * tail / slots;
+}
+
+/* The block whose units hold unit v: the last b with kmg_tail_start(b) <= v. */
+__device__ __forceinline__ int64_t
+kmg_tail_slot(int64_t v, int64_t tail, int64_t slots)
+{
+	return ((v + 1) * slots - 1) / tail;
+}
 
 static_assert(SNT == SBM, "one thread a row at the end");
 static_assert(KMG_SCREEN_CANDS <= SMC && KMG_SCREEN_CANDS == 8, "the certify kernel's lanes");
@@ -522,9 +542,10 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, const int *prev, float
 }
 
 /*
- * The end of part `part` of split row block c (sp parts; kmg_screen_kernel
- * with bounds), for the list entry e of thread tid's row (-1: none): the
- * part's lists, bests and overflow flags from shared memory to a->stail,
+ * The end of part `part` of split row block c (sp parts, a->stail's parts
+ * pfirst on; kmg_screen_kernel with bounds), for the list entry e of
+ * thread tid's row (-1: none): the part's lists, bests and overflow flags
+ * from shared memory to a->stail,
  * then, in the last part of the row block to finish, the row decided from
  * all of them: best the least of the 2 sp halves' bests, second the least
  * of their second values and of the second least best (with repeats, as
@@ -534,13 +555,13 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, const int *prev, float
  */
 template <bool H>
 __device__ __forceinline__ int
-kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int sp, int part, int64_t e, const float *sval,
-					 const int *sid, const int *scnt, const int *sover, const float *swbest,
+kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int pfirst, int sp, int part, int64_t e,
+					 const float *sval, const int *sid, const int *scnt, const int *sover, const float *swbest,
 					 const float *swsecond, const float *sslack, int *s_last, int ce)
 {
 	const int	tid = threadIdx.x;
 	const int	nl = 2 * sp;	/* the row block's lists: (part, half) */
-	float	   *reg = a.stail + (size_t) c * sp * STP_WORDS;
+	float	   *reg = a.stail + (size_t) pfirst * STP_WORDS;
 	int		   *gcnt = (int *) reg;	/* [list][row] */
 	float	   *gbest = reg + (size_t) nl * SBM;
 	float	   *gsecond = gbest + (size_t) nl * SBM;
@@ -638,16 +659,24 @@ kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float slack, int
  * With bounds the list is often a few row blocks past a whole number of
  * the grid's rounds (late in a fit, fewer row blocks than blocks), and
  * each row block is a whole walk over k (B: 40 tiles): the last round
- * would keep most SMs idle for a whole walk.  So where that last round has
- * at most half the grid's row blocks, each of them is split into sp parts
- * of consecutive centroid tiles (at least STP_TILES each), all of them in
- * one round of the grid; a part keeps its rows' bests, second least
- * values, lists and overflow flags in a->stail, and the last part of a row
- * block to finish (a ticket on a->stick) reads them all and decides its
- * rows.  A part lists every value within the slack of its own running
- * best, which is never below the row's best, so the union of the parts'
- * lists holds every value within the row's threshold, as one walk's two
- * lists do.
+ * would keep many SMs idle for a whole walk.  So that last round (the
+ * tail) is cut into parts of consecutive centroid tiles: its units (row
+ * block, tile), row block by row block, are shared by `slots` blocks, each
+ * taking a run of them (at least STP_TILES) after its whole row blocks.
+ * Walks of STP_EVEN_TILES tiles or more (k > 1920): the whole grid shares
+ * them evenly where the tail has at most 7/8 of its row blocks
+ * (stream-K); a run may cross into the next row block, so a block may walk
+ * two parts.  Shorter walks, whose parts cost more against their tiles
+ * (A, k = 1024: slower so), only where the tail has at most half the
+ * grid's row blocks, each cut into the same number of parts, as many as
+ * the grid holds.  A part keeps its rows' bests, second least
+ * values, lists and overflow flags in a->stail (the parts of tail row
+ * block rb, met by blocks s to s', are rb + s to rb + s'), and the last
+ * part of a row block to finish (a ticket on a->stick) reads them all and
+ * decides its rows.  A part lists every value within the slack of its
+ * own running best, which is never below the row's best, so the union of
+ * the parts' lists holds every value within the row's threshold, as one
+ * walk's two lists do.
  *
  * F (with B): the far centroids' test (kmg_screen_far): the rows listed on
  * a->frow, walked over the far centroids' tiles (a->fsop) only, each row's
@@ -699,23 +728,39 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const int64_t nrows = F ? (int64_t) *(volatile int *) &a.bs->nfar :
 		B ? (int64_t) *(volatile int *) &a.bs->nlist : n;
 	const int64_t nblk = (nrows + SBM - 1) / SBM;
-	int64_t		nwhole = nblk;	/* row blocks walked whole; then the split ones' parts */
-	int			sp = 1;			/* parts of a split row block */
+	int64_t		nwhole = nblk;	/* row blocks walked whole; then the tail's units */
+	int64_t		tail = 0,		/* the tail's units: (row block, centroid tile) pairs */
+				slots = 0;		/* blocks 0 .. slots - 1 share them */
 
 	if (B && !F)
 	{
 		const int64_t grid = gridDim.x;
 		const int64_t last = nblk % grid;	/* row blocks of the last round */
 
-		if (last > 0 && 2 * last <= grid)
-			sp = (int) min((int64_t) tiles / STP_TILES, min(grid / last, (int64_t) STP / last));
-		if (sp > 1)
+		tail = last * tiles;
+		if (last == 0)
+			slots = 0;
+		else if (tiles >= STP_EVEN_TILES)
+			slots = 8 * last <= 7 * grid ? min(grid, min(tail / STP_TILES, (int64_t) STP - last)) : 0;
+		else
+			slots = 2 * last <= grid ?
+				last * min((int64_t) tiles / STP_TILES, min(grid / last, ((int64_t) STP - last) / last)) : 0;
+		if (slots > last)
 			nwhole = nblk - last;
 		else
-			sp = 1;
+			tail = slots = 0;
 	}
 
-	const int64_t nwork = nwhole + (nblk - nwhole) * sp;
+	/* this block's units of the tail, [u, uend) (fewer than STP tiles' walks) */
+	int64_t		wk = blockIdx.x;
+	int			u = 0,
+				uend = 0;
+
+	if (blockIdx.x < slots)
+	{
+		u = (int) kmg_tail_start(blockIdx.x, tail, slots);
+		uend = (int) kmg_tail_start(blockIdx.x + 1, tail, slots);
+	}
 	__shared__ int s_tail_last;
 	const int	lr = tid >> 2,
 				lq = tid & 3;
@@ -732,13 +777,39 @@ kmg_screen_kernel(kmg_args a, int mode)
 	const unsigned fB = (unsigned) __cvta_generic_to_shared(sB) +
 		((wn * 64 + mr + (mi >> 1) * 8) * SAP + (mi & 1) * 4) * 4;
 
-	for (int64_t wk = blockIdx.x; wk < nwork; wk += gridDim.x)
+	for (;;)
 	{
-		const bool	split = B && !F && wk >= nwhole;
-		const int64_t blk = split ? nwhole + (wk - nwhole) / sp : wk;
-		const int	part = split ? (int) ((wk - nwhole) % sp) : 0;
-		const int	t0 = split ? part * tiles / sp : 0,	/* this part's centroid tiles */
-					t1 = split ? (part + 1) * tiles / sp : tiles;
+		bool		split = false;
+		int64_t		blk;
+		int			pfirst = 0,	/* split: the row block's first part (a->stail) */
+					t0 = 0,		/* this walk's centroid tiles */
+					t1 = tiles,
+					np = 1,		/* split: the row block's parts, and this one's */
+					part = 0;
+
+		if (wk < nwhole)
+		{
+			blk = wk;
+			wk += gridDim.x;
+		}
+		else if (u < uend)
+		{
+			const int	rb = u / tiles;	/* of the tail */
+			const int	sfirst = (int) kmg_tail_slot((int64_t) rb * tiles, tail, slots),
+						slast = (int) kmg_tail_slot((int64_t) (rb + 1) * tiles - 1, tail, slots);
+
+			split = true;
+			blk = nwhole + rb;
+			t0 = u % tiles;
+			t1 = min(tiles, t0 + (uend - u));
+			u += t1 - t0;
+			pfirst = rb + sfirst;
+			np = slast - sfirst + 1;
+			part = (int) blockIdx.x - sfirst;
+		}
+		else
+			break;
+
 		const int64_t e0 = blk * SBM;	/* the block's first row, or list entry */
 
 		scnt[tid] = 0;
@@ -953,8 +1024,15 @@ kmg_screen_kernel(kmg_args a, int mode)
 							kmg_list_prune(thr, wn * SBM + r, nl, SMC, sval, sid, scnt, t4,
 										   0xfu << (lane & ~3));
 					}
-					/* the thread's values of this row all lie past it: nothing to list */
-					if (!(m <= thr))
+					/*
+					 * The thread's values of this row all lie past it:
+					 * nothing to list.  Nor where thr is +INF: the half has
+					 * met only padding columns so far (a part of the tail
+					 * holding only the last tile), or values past the
+					 * format, and a row whose threshold stays +INF is
+					 * settled fully (kmg_screen_decide).
+					 */
+					if (!(m <= thr && thr < INFINITY))
 						continue;
 #pragma unroll
 					for (int nt = 0; nt < 8; nt++)
@@ -991,7 +1069,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 		}
 		else if (split)
 		{
-			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, sp, part, e0 + tid < nrows ? e0 + tid : -1,
+			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, pfirst, np, part, e0 + tid < nrows ? e0 + tid : -1,
 											sval, sid, scnt, sover, swbest, swsecond, sslack, &s_tail_last, ce);
 		}
 		else if (e0 + tid < nrows)
