@@ -545,11 +545,11 @@ kmg_screen_decide(const kmg_args &a, int mode, int64_t i, const int *prev, float
  * The end of part `part` of split row block c (sp parts, a->stail's parts
  * pfirst on; kmg_screen_kernel with bounds), for the list entry e of
  * thread tid's row (-1: none): the part's lists, bests and overflow flags
- * from shared memory to a->stail,
- * then, in the last part of the row block to finish, the row decided from
- * all of them: best the least of the 2 sp halves' bests, second the least
- * of their second values and of the second least best (with repeats, as
- * one walk's two halves combine them), overflowed if any part did.
+ * from shared memory to a->stail, then, in the last part of the row block
+ * to finish, the row decided from all of them: best the least of the 2 sp
+ * halves' bests, second the least of their second values and of the
+ * second least best (with repeats, as one walk's two halves combine
+ * them), overflowed if any part did.
  * Called by every thread of the block (barriers); returns whether the
  * row's label moved.
  */
@@ -751,7 +751,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 			tail = slots = 0;
 	}
 
-	/* this block's units of the tail, [u, uend) (fewer than STP tiles' walks) */
+	/* this block's units of the tail, [u, uend) (ints: fewer than STP row blocks' walks) */
 	int64_t		wk = blockIdx.x;
 	int			u = 0,
 				uend = 0;
@@ -1069,8 +1069,9 @@ kmg_screen_kernel(kmg_args a, int mode)
 		}
 		else if (split)
 		{
-			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, pfirst, np, part, e0 + tid < nrows ? e0 + tid : -1,
-											sval, sid, scnt, sover, swbest, swsecond, sslack, &s_tail_last, ce);
+			moved = kmg_screen_tail_part<H>(a, mode, blk - nwhole, pfirst, np, part,
+											e0 + tid < nrows ? e0 + tid : -1, sval, sid, scnt, sover, swbest,
+											swsecond, sslack, &s_tail_last, ce);
 		}
 		else if (e0 + tid < nrows)
 		{
