@@ -14,10 +14,23 @@ with exact distances in place of the screen's rounded ones:
         of those is measured against them (listed if one is not farther
         than ub; else lb becomes the least of those distances and the rest's
         bound).  "pairs" is the far distances measured per row of n.
-Prints one line an iteration.  kernels/bench/NOTES.md ("far centroids")
-has what it gave and what the engine made of it.
+  Yg    Yinyang's bounds with groups of g centroids (the seeds clustered
+        into k / g groups of g each, fixed for the fit): a lower bound per
+        row and group, falling by the group's largest drift; a row whose ub
+        is under all of them stays, else (after measuring ub) it is listed
+        and screened against the groups whose bound is under ub.  "groups"
+        is the share of a listed row's groups screened; "blocks" the work
+        of a screen that walks, for each block of 128 listed rows, every
+        group some row of it needs, as a share of a whole screen's, with
+        the rows listed in their own order and (after "sorted") in the
+        order of their first iteration's labels (rows laid out by cluster
+        once).
+Prints one line an iteration.  kernels/bench/NOTES.md ("far centroids",
+"Yinyang groups on the screen") has what it gave and what the engine made
+of it.
 
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 128 1024 32,128
+    /usr/bin/python3 kernels/bench/bounds_model.py 200000 96 256 Y16,Y32,Y64
 """
 import sys
 
@@ -49,15 +62,57 @@ def kmeanspp(x, xn, k, rng):
     return np.array(seeds, np.float64)
 
 
+def balanced_groups(C, g, rng):
+    """Group id of each centroid: k / g groups of g, near centres of a few Lloyd steps."""
+    k = len(C)
+    G = k // g
+    cen = C[rng.choice(k, G, replace=False)]
+    for _ in range(10):
+        a = ((C[:, None, :] - cen[None, :, :]) ** 2).sum(2).argmin(1)
+        for j in range(G):
+            if (a == j).any():
+                cen[j] = C[a == j].mean(0)
+    dist = ((C[:, None, :] - cen[None, :, :]) ** 2).sum(2)
+    grp = np.full(k, -1)
+    room = np.full(G, g)
+    for flat in np.argsort(dist, axis=None):
+        c, j = divmod(int(flat), G)
+        if grp[c] < 0 and room[j] > 0:
+            grp[c] = j
+            room[j] -= 1
+    return grp
+
+
+def block_work(need, order, rows=128):
+    """Rows x groups walked by blocks of `rows` listed rows (need: rows x groups; order: the list)."""
+    m = need[order]
+    total = 0
+    for b in range(0, len(m), rows):
+        blk = m[b:b + rows]
+        total += len(blk) * int(blk.any(0).sum())
+    return total
+
+
 def main():
     n, d, k = (int(v) for v in sys.argv[1:4])
-    ms = [int(v) for v in sys.argv[4].split(",")] if len(sys.argv) > 4 else [32]
+    spec = sys.argv[4].split(",") if len(sys.argv) > 4 else ["32"]
+    ms = [int(v) for v in spec if not v.startswith("Y")]
+    gs = [int(v[1:]) for v in spec if v.startswith("Y")]
+    if any(k % g for g in gs):
+        sys.exit("Yg: k must be a multiple of g")
     x = blobs(n, d, k, 4321)
     xn = (x.astype(np.float64) ** 2).sum(1).astype(np.float32)
     C = kmeanspp(x, xn, k, np.random.default_rng(7))
     schemes = [0] + ms
     U = {}
     L = {}
+    grng = np.random.default_rng(11)
+    groups = {g: balanced_groups(C, g, grng) for g in gs}
+    cols = {g: np.argsort(groups[g], kind="stable") for g in gs}	# centroids group by group
+    YU = {}
+    YL = {}
+    sorted_rows = None
+    work = {g: [0, 0, 0, 0] for g in gs}	# listed rows, groups screened, block groups (own order, sorted)
     prev = None
     last = None
     tolv = 1e-4 * np.mean(np.var(x.astype(np.float64), 0)) * d
@@ -73,6 +128,8 @@ def main():
             order = np.argsort(-drift)
             need = {m: np.zeros(n, bool) for m in schemes}
             pairs = {m: 0 for m in schemes}
+            gneed = {g: np.zeros((n, k // g), bool) for g in gs}
+            gdrift = {g: np.array([drift[groups[g] == j].max() for j in range(k // g)]) for g in gs}
         for i0 in range(0, n, chunk):
             xs = x[i0:i0 + chunk]
             r = np.arange(len(xs))
@@ -83,6 +140,28 @@ def main():
             D2 = D.copy()
             D2[r, a] = np.inf
             sec[i0:i0 + chunk] = D2.min(1)
+            for g in gs:
+                # each group's least distance other than the row's centroid: exact after a screen
+                gmin = D2[:, cols[g]].reshape(len(xs), k // g, g).min(2)
+                if prev is None:
+                    YL[g] = YL.get(g, np.empty((n, k // g)))
+                    YL[g][i0:i0 + chunk] = gmin
+                    continue
+                p = last[i0:i0 + chunk]
+                u = YU[g][i0:i0 + chunk] + drift[p]
+                lg = YL[g][i0:i0 + chunk] - gdrift[g][None, :]
+                cross = ~(u < lg.min(1))
+                u = np.where(cross, D[r, p], u)	# crossing rows measured
+                ng = lg < u[:, None]
+                listed = ng.any(1)
+                gneed[g][i0:i0 + chunk] = ng & listed[:, None]
+                # listed: exact bounds of the screened groups; the old centroid joins its group's bound
+                keep = np.where(ng, gmin, lg)
+                moved = a != p
+                keep[r[moved], groups[g][p[moved]]] = np.minimum(keep[r[moved], groups[g][p[moved]]],
+                                                                 D[r[moved], p[moved]])
+                YL[g][i0:i0 + chunk] = np.where(listed[:, None], keep, lg)
+                YU[g][i0:i0 + chunk] = np.where(listed, own[i0:i0 + chunk], u)
             if prev is None:
                 continue
             p = last[i0:i0 + chunk]
@@ -110,6 +189,9 @@ def main():
             for m in schemes:
                 U[m] = own.copy()
                 L[m] = sec.copy()
+            for g in gs:
+                YU[g] = own.copy()
+            sorted_rows = np.argsort(lab, kind="stable")
             out.append("all rows")
         else:
             for m in schemes:
@@ -117,6 +199,19 @@ def main():
                 out.append("%s %.1f%%" % (name, 100 * need[m].mean()))
                 if m:
                     out.append("(pairs %.2f)" % (pairs[m] / n))
+            for g in gs:
+                nm = gneed[g]
+                li = np.flatnonzero(nm.any(1))
+                lis = sorted_rows[nm[sorted_rows].any(1)]
+                G = k // g
+                bw = (block_work(nm, li) / G / n, block_work(nm, lis) / G / n)
+                w = work[g]
+                w[0] += len(li) / n
+                w[1] += nm.sum() / G / n
+                w[2] += bw[0]
+                w[3] += bw[1]
+                out.append("Y%d %.1f%% (groups %.2f, blocks %.1f%%, sorted %.1f%%)" %
+                           (g, 100 * len(li) / n, nm.sum() / max(len(li), 1) / G, 100 * bw[0], 100 * bw[1]))
             out.append("moved %.1f%%" % (100 * (lab != last).mean()))
         print(*out, flush=True)
         counts = np.bincount(lab, minlength=k)
@@ -129,6 +224,10 @@ def main():
         prev, C, last = C, new, lab
         if shift <= tolv:
             break
+    for g in gs:
+        w = work[g]
+        print("Y%d over the fit, in whole screens: rows listed %.2f, groups screened %.2f, "
+              "blocks %.2f, sorted %.2f" % (g, w[0], w[1], w[2], w[3]))
 
 
 if __name__ == "__main__":
