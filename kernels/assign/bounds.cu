@@ -213,29 +213,12 @@ kmg_bounds_drift_kernel(kmg_args a)
 		float	   *cp = a.Cprev + (size_t) j * a.dp;
 		double		s = 0.0;
 
-		/* KMG_BD_BATCH columns a lane read before any is written back */
-		for (int i0 = lane; i0 < a.dp; i0 += 32 * KMG_BD_BATCH)
+		for (int i = lane; i < a.dp; i += 32)
 		{
-			float		cv[KMG_BD_BATCH],
-						pv[KMG_BD_BATCH];
+			const double t = (double) c[i] - (double) cp[i];
 
-#pragma unroll
-			for (int u = 0; u < KMG_BD_BATCH; u++)
-			{
-				const int	i = i0 + 32 * u;
-
-				cv[u] = i < a.dp ? c[i] : 0.0f;
-				pv[u] = i < a.dp ? cp[i] : 0.0f;
-			}
-#pragma unroll
-			for (int u = 0; u < KMG_BD_BATCH; u++)
-			{
-				const double t = (double) cv[u] - (double) pv[u];
-
-				s += t * t;
-				if (i0 + 32 * u < a.dp)
-					cp[i0 + 32 * u] = cv[u];
-			}
+			s += t * t;
+			cp[i] = c[i];
 		}
 		for (int o = 16; o > 0; o >>= 1)
 			s += __shfl_xor_sync(0xffffffffu, s, o);

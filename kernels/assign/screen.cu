@@ -1900,6 +1900,26 @@ kmg_screen_tail_tickets(void)
 
 static cudaError_t kmg_screen_attributes(const void *fn, size_t smem);
 
+/*
+ * The screen's operand (kmg_screen_prepare_kernel) of `tiles` tiles: the
+ * centroids (FAR: a->farc's, into a->fsop), float16 where the call keeps
+ * the rows' copy, cm its wgmma layout.
+ */
+template <bool FAR>
+static cudaError_t
+kmg_screen_prepare(const kmg_args *a, int tiles, int cm, int sms, cudaStream_t stream)
+{
+	int64_t		pb = ((int64_t) tiles * SBN * (a->dp + 16) + 255) / 256;
+
+	if (pb > (int64_t) sms * 4)
+		pb = (int64_t) sms * 4;
+	if (a->Xh != NULL)
+		kmg_screen_prepare_kernel<true, FAR><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, cm);
+	else
+		kmg_screen_prepare_kernel<false, FAR><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, cm);
+	return cudaGetLastError();
+}
+
 /* Whether a fit with bounds tests far centroids (the mma.sync screen, k >= KMG_FAR_MIN_K). */
 int
 kmg_screen_far_on(int k, int wgmma)
@@ -1918,17 +1938,10 @@ kmg_screen_far(const kmg_args *a, int sms, cudaStream_t stream)
 {
 	typedef void (*screen_fn) (kmg_args, int);
 	const bool	h = a->Xh != NULL;
-	const int64_t pb = ((int64_t) KMG_FAR_C * (a->dp + 16) + 255) / 256;
 	const screen_fn fn = h ? kmg_screen_kernel<true, true, true> : kmg_screen_kernel<false, true, true>;
 	cudaError_t e;
 
-	const unsigned pg = (unsigned) (pb < sms * 4 ? pb : sms * 4);
-
-	if (h)
-		kmg_screen_prepare_kernel<true, true><<<pg, 256, 0, stream>>>(*a, KMG_FAR_C / SBN, 0);
-	else
-		kmg_screen_prepare_kernel<false, true><<<pg, 256, 0, stream>>>(*a, KMG_FAR_C / SBN, 0);
-	if ((e = cudaGetLastError()) != cudaSuccess ||
+	if ((e = kmg_screen_prepare<true>(a, KMG_FAR_C / SBN, 0, sms, stream)) != cudaSuccess ||
 		(e = kmg_screen_attributes((const void *) fn, SSMEM)) != cudaSuccess)
 		return e;
 	fn<<<(unsigned) (2 * sms), SNT, SSMEM, stream>>>(*a, KMG_MODE_ITER);
@@ -1965,19 +1978,8 @@ kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan, cudaStream_
 
 	if (a->n == 0)
 		return cudaSuccess;
-	{
-		const int	tiles = (a->k + SBN - 1) / SBN;
-		int64_t		pb = ((int64_t) tiles * SBN * (a->dp + 16) + 255) / 256;
-
-		if (pb > (int64_t) sms * 4)
-			pb = (int64_t) sms * 4;
-		if (h)
-			kmg_screen_prepare_kernel<true><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, a->xhwg);
-		else
-			kmg_screen_prepare_kernel<false><<<(unsigned) pb, 256, 0, stream>>>(*a, tiles, 0);
-		if ((e = cudaGetLastError()) != cudaSuccess)
-			return e;
-	}
+	if ((e = kmg_screen_prepare<false>(a, (a->k + SBN - 1) / SBN, h ? a->xhwg : 0, sms, stream)) != cudaSuccess)
+		return e;
 	/*
 	 * The kernel by the rows' copy and the plan (wgmma where prepared for
 	 * it); with bounds the rows listed are known on the device only, so
