@@ -10,9 +10,10 @@
  * bench_engine.cu.
  *
  * Why it is cheap.  Up to KMG_FIN1_KMAX clusters one block does everything
- * (finalize_block.cuh); above, block j moves centroid j and the last block
- * (ticket counter, after a fence) takes the decisions for the whole
- * iteration, so the host only reads a few bytes per batch.
+ * (finalize_block.cuh); above, a warp moves a centroid (the same
+ * kmg_fin_cluster) and the last block (ticket counter, after a fence) takes
+ * the decisions for the whole iteration, so the host only reads a few bytes
+ * per batch.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -24,7 +25,9 @@
 #include <cub/cub.cuh>
 
 #define KMG_FIN_NT 128
-#define KMG_FIN_KEEP 8			/* means a thread keeps between the check and the write */
+#define KMG_FIN_WARPS (KMG_FIN_NT / 32)	/* clusters a block */
+#define KMG_FIN_BATCH 8			/* the last block's loads in flight a thread */
+#define KMG_FIN_MINB 10			/* blocks an SM: B's k = 5000 in one wave of 132 SMs */
 
 /* Sum of a double over the block, in a fixed tree order (all threads get it). */
 __device__ double
@@ -46,149 +49,64 @@ kmg_block_sum(double v, double *red)
 
 /*
  * The end of an iteration (mode KMG_FIN_ITER or KMG_FIN_RESEED) or the
- * set-up of new centroids (KMG_FIN_SETUP).  Block j moves centroid j to its
- * mean, as src/engine/cpu_lloyd.c does (cosine: normalised in double; no
- * weight, a re-seeded cluster, or a mean that is not finite: it stays), then
- * refreshes its filter copy and norms.  The last block to finish records the
- * iteration and decides what the queued iterations do next.
+ * set-up of new centroids (KMG_FIN_SETUP).  Warp w of block b ends cluster
+ * KMG_FIN_WARPS b + w (kmg_fin_cluster: moved to its mean as
+ * src/engine/cpu_lloyd.c does, its filter copy and norms refreshed), its
+ * sums' reads asked for with the control block's, so a cluster's end is a
+ * round trip and its stores.  The last block to finish records the
+ * iteration and decides what the queued iterations do next, reading every
+ * cluster's |c'| and inertia term KMG_FIN_BATCH at a time (the sum in the
+ * same order whatever the batch: thread t adds clusters t, t + KMG_FIN_NT,
+ * ... in turn).
  */
-__global__ void __launch_bounds__(KMG_FIN_NT)
-kmg_finalize_kernel(kmg_args a, int mode)
+__global__ void __launch_bounds__(KMG_FIN_NT, KMG_FIN_MINB)
+kmg_finalize_kernel(const __grid_constant__ kmg_args a, int mode)
 {
 	__shared__ double red[KMG_FIN_NT / 32];
-	__shared__ int s_ok,
-				s_last;
-	__shared__ double s_scale;
+	__shared__ int s_last,
+				s_ctl[3];
 	kmg_ctl    *ctl = a.ctl;
-	const int	j = blockIdx.x;
 	const int	tid = threadIdx.x;
-	const int	d = a.d,
+	const int	lane = tid & 31;
+	const int	j = blockIdx.x * KMG_FIN_WARPS + (tid >> 5);
+	const int	k = a.k,
 				dp = a.dp;
 	const int	cw = KMG_CW(dp);
+	const int	own = j < k && mode != KMG_FIN_SETUP;
+	/* in flight with the control block's fields */
+	const double w = own ? a.clus[(size_t) j * cw + dp] : 0.0;
+	const int	rel = own && a.reloc != NULL ? a.reloc[j] : 0;
+	const float mu0 = a.mu != NULL && lane < a.d ? a.mu[lane] : 0.0f;
 	int			moved = 0,
 				nempty = 0,
-				change;
+				change,
+				allx = 0;
 
-	if (mode == KMG_FIN_ITER && *(volatile int *) &ctl->stop != KMG_RUN)
+	/*
+	 * The control block's fields by one thread a block: every warp asking
+	 * for the same line queued 5000 requests at one L2 slice (4 us at k =
+	 * 5000)
+	 */
+	if (tid == 0)
+	{
+		const volatile kmg_ctl *v = ctl;
+
+		s_ctl[0] = v->stop;
+		s_ctl[1] = v->moved;
+		s_ctl[2] = v->nempty;
+	}
+	__syncthreads();
+	if (mode == KMG_FIN_ITER && s_ctl[0] != KMG_RUN)
 		return;
 	if (mode != KMG_FIN_SETUP)
 	{
-		moved = *(volatile int *) &ctl->moved;
-		nempty = mode == KMG_FIN_ITER ? *(volatile int *) &ctl->nempty : 0;
+		moved = s_ctl[1];
+		nempty = mode == KMG_FIN_ITER ? s_ctl[2] : 0;
 	}
 	/* whether centroids move this time */
 	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
-
-	if (change && mode != KMG_FIN_SETUP)
-	{
-		const double *cl = a.clus + (size_t) j * cw;
-		const double w = cl[dp];
-		float	   *c = a.C + (size_t) j * dp;
-
-		if (!(a.reloc != NULL && a.reloc[j]) && w > 0.0)
-		{
-			if (tid == 0)
-			{
-				double		scale = 1.0;
-				int			ok = 1;
-
-				if (a.cosine)
-				{
-					double		nrm = 0.0;
-
-					for (int i = 0; i < d; i++)
-					{
-						double		m = km_ddiv(cl[i], w);
-
-						nrm = km_dadd(nrm, km_dmul(m, m));
-					}
-					scale = km_dsqrt(nrm);
-					ok = scale > 0.0 && isfinite(scale);
-				}
-				s_scale = scale;
-				s_ok = ok;
-			}
-			__syncthreads();
-			if (s_ok)
-			{
-				int			bad = 0;
-
-				/*
-				 * Double divisions are slow: the first KMG_FIN_KEEP values a
-				 * thread computes are kept for the write.
-				 */
-				const double scale = s_scale;
-				float		keep[KMG_FIN_KEEP];
-
-#pragma unroll
-				for (int u = 0; u < KMG_FIN_KEEP; u++)
-				{
-					const int	i = tid + u * KMG_FIN_NT;
-
-					keep[u] = 0.0f;
-					if (i < d)
-					{
-						keep[u] = kmg_fin_mean(cl[i], w, scale);
-						if (!isfinite(keep[u]))
-							bad = 1;
-					}
-				}
-				for (int i = tid + KMG_FIN_KEEP * KMG_FIN_NT; i < d; i += KMG_FIN_NT)
-					if (!isfinite(kmg_fin_mean(cl[i], w, scale)))
-						bad = 1;
-				bad = __syncthreads_or(bad);
-				if (!bad)
-				{
-#pragma unroll
-					for (int u = 0; u < KMG_FIN_KEEP; u++)
-						if (tid + u * KMG_FIN_NT < d)
-							c[tid + u * KMG_FIN_NT] = keep[u];
-					for (int i = tid + KMG_FIN_KEEP * KMG_FIN_NT; i < d; i += KMG_FIN_NT)
-						c[i] = kmg_fin_mean(cl[i], w, scale);
-				}
-			}
-		}
-	}
-	if (change)
-	{
-		/* filter copy, |c'|^2, |c'|, and the exact norm for cosine */
-		const float *c = a.C + (size_t) j * dp;
-		float	   *cf = a.Cf + (size_t) j * dp;
-		double		s;
-
-		__syncthreads();
-		if (a.cosine)
-		{
-			if (tid == 0)
-			{
-				double		nrm = km_normalize_row(c, cf, d);
-
-				if (nrm == 0.0)
-					for (int i = 0; i < d; i++)
-						cf[i] = 0.0f;
-				a.cnorm[j] = km_exact_norm(c, d);
-			}
-			__syncthreads();
-		}
-		else if (a.mu != NULL)
-		{
-			/* centred filter copy: c' = fl(c - mu), zeros past d */
-			for (int i = tid; i < d; i += KMG_FIN_NT)
-				cf[i] = c[i] - a.mu[i];
-			__syncthreads();
-		}
-		s = 0.0;
-		for (int i = tid; i < d; i += KMG_FIN_NT)
-			s += (double) cf[i] * (double) cf[i];
-		s = kmg_block_sum(s, red);
-		if (tid == 0)
-		{
-			if (!a.cosine && a.mu == NULL)
-				a.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
-			a.cn[j] = (float) s;
-			a.cnf[j] = (float) sqrt(s);
-		}
-	}
+	if (change && j < k)
+		kmg_fin_cluster(a, j, own && !rel && w > 0.0, w, a.clus, mu0, allx);
 
 	/* the last block decides */
 	__threadfence();
@@ -202,25 +120,47 @@ kmg_finalize_kernel(kmg_args a, int mode)
 
 	{
 		float		cmax = 0.0f;
-		int			allx = 0;
 		double		est = 0.0;
 
-		for (int jj = tid; jj < a.k; jj += KMG_FIN_NT)
+		allx = 0;
+		for (int j0 = 0; j0 < k; j0 += KMG_FIN_NT * KMG_FIN_BATCH)
 		{
-			const float v = *(volatile float *) &a.cnf[jj];
+			float		nf[KMG_FIN_BATCH];
+			double		e[KMG_FIN_BATCH];
 
-			cmax = fmaxf(cmax, v);
-			if (a.cosine)
+#pragma unroll
+			for (int u = 0; u < KMG_FIN_BATCH; u++)
 			{
-				const double cn = *(volatile double *) &a.cnorm[jj];
+				const int	jj = j0 + tid + u * KMG_FIN_NT;
+
+				nf[u] = 0.0f;
+				e[u] = 0.0;
+				if (jj < k)
+				{
+					/* other blocks' stores: from L2 */
+					nf[u] = __ldcg(&a.cnf[jj]);
+					if (mode != KMG_FIN_SETUP)
+						e[u] = __ldcg(&a.clus[(size_t) jj * cw + dp + 2]);
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < KMG_FIN_BATCH; u++)
+				if (j0 + tid + u * KMG_FIN_NT < k)
+				{
+					cmax = fmaxf(cmax, nf[u]);
+					if (mode != KMG_FIN_SETUP)
+						est += e[u];
+					if (a.reloc != NULL)
+						a.reloc[j0 + tid + u * KMG_FIN_NT] = 0;
+				}
+		}
+		if (a.cosine)
+			for (int jj = tid; jj < k; jj += KMG_FIN_NT)
+			{
+				const double cn = __ldcg(&a.cnorm[jj]);
 
 				allx |= !(cn > 0.0 && isfinite(cn));
 			}
-			if (mode != KMG_FIN_SETUP)
-				est += a.clus[(size_t) jj * cw + dp + 2];
-			if (a.reloc != NULL)
-				a.reloc[jj] = 0;
-		}
 		for (int o = 16; o > 0; o >>= 1)
 			cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
 		allx = __syncthreads_or(allx);
@@ -263,7 +203,7 @@ kmg_finalize(const kmg_args *a, int mode, cudaStream_t stream)
 	if (a->k <= KMG_FIN1_KMAX)
 		kmg_finalize1_kernel<<<1, 256, 0, stream>>>(*a, mode);
 	else
-		kmg_finalize_kernel<<<a->k, KMG_FIN_NT, 0, stream>>>(*a, mode);
+		kmg_finalize_kernel<<<(a->k + KMG_FIN_WARPS - 1) / KMG_FIN_WARPS, KMG_FIN_NT, 0, stream>>>(*a, mode);
 	return cudaGetLastError();
 }
 

@@ -1,12 +1,13 @@
 /*
  * finalize_block.cuh
  *	  The end of a Lloyd iteration (or the set-up of new centroids) done by
- *	  one block for every cluster, for small k: the same rules as
- *	  kmg_finalize_kernel (finalize.cu), which spreads the clusters over k
- *	  blocks and decides in its last block.  Included by the kernels that
- *	  finish an iteration in their own last block (assign/narrow.cu), by
- *	  finalize.cu (the one-block finalize) and by assign/reduce.cu (the
- *	  reduction of the wide and direct passes, which ends in one).
+ *	  one block for every cluster, for small k; and each cluster's end
+ *	  (kmg_fin_cluster), which kmg_finalize_kernel (finalize.cu) runs a warp
+ *	  a cluster over k / 4 blocks for larger k, deciding in its last block.
+ *	  Included by the kernels that finish an iteration in their own last
+ *	  block (assign/narrow.cu), by finalize.cu (both finalizes) and by
+ *	  assign/reduce.cu (the reduction of the wide and direct passes, which
+ *	  ends in one).
  *
  * A warp per cluster: the mean (cosine: normalised in double, the norm
  * summed in index order by one lane, as finalize.cu does), the filter copy
@@ -151,6 +152,111 @@ kmg_fin_read(const kmg_args &a, int mode, kmg_fin_reads &r)
 }
 
 /*
+ * One cluster's end, by one warp: its centroid moved to the mean of its sums
+ * (clus: k x KMG_CW(dp), a.clus or a copy in the caller's shared memory)
+ * where fresh (the cluster has weight w > 0 and was not re-seeded) and the
+ * mean is usable (cosine: normalised in double, the norm summed in index
+ * order by one lane, as the CPU engine does; every value finite), else kept;
+ * then its filter copy (cosine: km_normalize_row; centred l2: c - mu), |c'|^2
+ * and |c'| stored.  Returns |c'| on every lane; for cosine, lane 0 ORs into
+ * allx whether the exact norm is unusable.  mu0: the centring of column
+ * lane.  Both finalizes end their clusters here: kmg_finalize_block_from a
+ * warp's clusters in turn, kmg_finalize_kernel (finalize.cu) a warp each.
+ */
+static __device__ __forceinline__ float
+kmg_fin_cluster(const kmg_args &a, int j, int fresh, double w, const double *clus, float mu0,
+				int &allx)
+{
+	const int	lane = threadIdx.x & 31;
+	const int	d = a.d,
+				dp = a.dp;
+	const double *cl = clus + (size_t) j * KMG_CW(dp);
+	float	   *c = a.C + (size_t) j * dp;
+	float	   *cf = a.Cf + (size_t) j * dp;
+	double		scale = 1.0,
+				s = 0.0;
+	float		nf;
+
+	if (fresh && a.cosine)
+	{
+		int			ok = 1;
+
+		if (lane == 0)
+		{
+			double		nrm = 0.0;
+
+			for (int i = 0; i < d; i++)
+			{
+				const double m = km_ddiv(cl[i], w);
+
+				nrm = km_dadd(nrm, km_dmul(m, m));
+			}
+			scale = km_dsqrt(nrm);
+			ok = scale > 0.0 && isfinite(scale);
+		}
+		scale = __shfl_sync(0xffffffffu, scale, 0);
+		fresh = __shfl_sync(0xffffffffu, ok, 0);
+	}
+	if (fresh)
+	{
+		int			bad = 0;
+
+		for (int i = lane; i < d; i += 32)
+			if (!isfinite(kmg_fin_mean(cl[i], w, scale)))
+				bad = 1;
+		fresh = !__any_sync(0xffffffffu, bad);
+	}
+	if (a.cosine)
+	{
+		if (fresh)
+			for (int i = lane; i < d; i += 32)
+				c[i] = kmg_fin_mean(cl[i], w, scale);
+		__syncwarp();
+		if (lane == 0)
+		{
+			const double nrm = km_normalize_row(c, cf, d);
+			const double cn = km_exact_norm(c, d);
+
+			if (nrm == 0.0)
+				for (int i = 0; i < d; i++)
+					cf[i] = 0.0f;
+			a.cnorm[j] = cn;
+			allx |= !(cn > 0.0 && isfinite(cn));
+		}
+		__syncwarp();
+		for (int i = lane; i < d; i += 32)
+			s += (double) cf[i] * (double) cf[i];
+	}
+	else
+		for (int i = lane; i < d; i += 32)
+		{
+			/* the new centroid (or the one kept), its filter copy c - mu, |c'|^2 */
+			const float ci = fresh ? kmg_fin_mean(cl[i], w, scale) : c[i];
+			float		cfi = ci;
+
+			if (fresh)
+				c[i] = ci;
+			if (a.mu != NULL)
+			{
+				cfi = ci - (i == lane ? mu0 : a.mu[i]);
+				cf[i] = cfi;
+			}
+			s += (double) cfi * (double) cfi;
+		}
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	nf = (float) sqrt(s);
+	if (lane == 0)
+	{
+		if (!a.cosine && a.mu == NULL)
+			a.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
+		a.cn[j] = (float) s;
+		a.cnf[j] = nf;
+	}
+	return nf;
+}
+
+/*
  * The end itself, from kmg_fin_read's values: a cluster's warp carries its
  * centroid in registers from the mean to |c'|, so the end of an iteration
  * is the reads' round trip and the stores.  clus: the cluster sums (k x
@@ -169,8 +275,7 @@ kmg_finalize_block_from(const kmg_args &a, int mode, int moved, int nempty, cons
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
 	const int	nw = blockDim.x >> 5;
-	const int	d = a.d,
-				dp = a.dp,
+	const int	dp = a.dp,
 				k = a.k;
 	const int	cw = KMG_CW(dp);
 	const int	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
@@ -187,97 +292,10 @@ kmg_finalize_block_from(const kmg_args &a, int mode, int moved, int nempty, cons
 	if (change)
 		for (int j = warp, q = 0; j < k; j += nw, q++)
 		{
-			const double *cl = clus + (size_t) j * cw;
-			float	   *c = a.C + (size_t) j * dp;
-			float	   *cf = a.Cf + (size_t) j * dp;
-			double		w = 0.0,
-						scale = 1.0,
-						s = 0.0;
-			int			fresh = 0;
+			const double w = mode != KMG_FIN_SETUP ? clus[(size_t) j * cw + dp] : 0.0;
+			const int	fresh = mode != KMG_FIN_SETUP && !((relmask >> q) & 1u) && w > 0.0;
 
-			if (mode != KMG_FIN_SETUP)
-			{
-				w = cl[dp];
-				fresh = !((relmask >> q) & 1u) && w > 0.0;
-			}
-			if (fresh && a.cosine)
-			{
-				int			ok = 1;
-
-				if (lane == 0)
-				{
-					double		nrm = 0.0;
-
-					for (int i = 0; i < d; i++)
-					{
-						const double m = km_ddiv(cl[i], w);
-
-						nrm = km_dadd(nrm, km_dmul(m, m));
-					}
-					scale = km_dsqrt(nrm);
-					ok = scale > 0.0 && isfinite(scale);
-				}
-				scale = __shfl_sync(0xffffffffu, scale, 0);
-				fresh = __shfl_sync(0xffffffffu, ok, 0);
-			}
-			if (fresh)
-			{
-				int			bad = 0;
-
-				for (int i = lane; i < d; i += 32)
-					if (!isfinite(kmg_fin_mean(cl[i], w, scale)))
-						bad = 1;
-				fresh = !__any_sync(0xffffffffu, bad);
-			}
-			if (a.cosine)
-			{
-				if (fresh)
-					for (int i = lane; i < d; i += 32)
-						c[i] = kmg_fin_mean(cl[i], w, scale);
-				__syncwarp();
-				if (lane == 0)
-				{
-					const double nrm = km_normalize_row(c, cf, d);
-					const double cn = km_exact_norm(c, d);
-
-					if (nrm == 0.0)
-						for (int i = 0; i < d; i++)
-							cf[i] = 0.0f;
-					a.cnorm[j] = cn;
-					allx |= !(cn > 0.0 && isfinite(cn));
-				}
-				__syncwarp();
-				for (int i = lane; i < d; i += 32)
-					s += (double) cf[i] * (double) cf[i];
-			}
-			else
-				for (int i = lane; i < d; i += 32)
-				{
-					/* the new centroid (or the one kept), its filter copy c - mu, |c'|^2 */
-					const float ci = fresh ? kmg_fin_mean(cl[i], w, scale) : c[i];
-					float		cfi = ci;
-
-					if (fresh)
-						c[i] = ci;
-					if (a.mu != NULL)
-					{
-						cfi = ci - (i == lane ? mu0 : a.mu[i]);
-						cf[i] = cfi;
-					}
-					s += (double) cfi * (double) cfi;
-				}
-			for (int o = 16; o > 0; o >>= 1)
-				s += __shfl_xor_sync(0xffffffffu, s, o);
-			if (lane == 0)
-			{
-				const float nf = (float) sqrt(s);
-
-				if (!a.cosine && a.mu == NULL)
-					a.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
-				a.cn[j] = (float) s;
-				a.cnf[j] = nf;
-				cmax = fmaxf(cmax, nf);
-			}
+			cmax = fmaxf(cmax, kmg_fin_cluster(a, j, fresh, w, clus, mu0, allx));
 		}
 
 	/* the decisions */
