@@ -13,7 +13,18 @@ with exact distances in place of the screen's rounded ones:
         centroids that moved farthest, and a row that crosses only because
         of those is measured against them (listed if one is not farther
         than ub; else lb becomes the least of those distances and the rest's
-        bound).  "pairs" is the far distances measured per row of n.
+        bound).  "pairs" is the far distances measured per row of n,
+        "tested" the rows that needed some (the engine screens such a row
+        against the whole far tile of m centroids).
+  Pm    the far set kept per row (Pm or Pm:w, window w, default 4): a
+        row's lower bounds are two, LA for the far set S_s of the iteration
+        s when it was last screened and LB for the other centroids, each
+        falling by the largest drift in its own set; a row whose ub
+        crosses LA alone is tested against S_s again (the far tiles of the
+        last w iterations kept), and stays if ub is under that exact
+        bound; else, or where ub crosses LB, it is listed, and after its
+        screen its set is the current far set.  A row's set older than w
+        iterations is merged into LB.
   Yg    Yinyang's bounds with groups of g centroids (the seeds clustered
         into k / g groups of g each, fixed for the fit): a lower bound per
         row and group, falling by the group's largest drift; a row whose ub
@@ -25,12 +36,15 @@ with exact distances in place of the screen's rounded ones:
         the rows listed in their own order and (after "sorted") in the
         order of their first iteration's labels (rows laid out by cluster
         once).
-Prints one line an iteration.  kernels/bench/NOTES.md ("far centroids",
-"Yinyang groups on the screen") has what it gave and what the engine made
-of it.
+Prints one line an iteration, and each scheme's totals over the fit; stops
+with a message if a row that Mm or Pm kept changed cluster (a bound that
+was not one).  kernels/bench/NOTES.md ("far centroids", "Yinyang groups on
+the screen", "The far set kept per row") has what it gave and what the
+engine made of it.
 
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 128 1024 32,128
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 96 256 Y16,Y32,Y64
+    /usr/bin/python3 kernels/bench/bounds_model.py 60000 408 1000 26,P26,P26:8
 """
 import sys
 
@@ -96,8 +110,9 @@ def block_work(need, order, rows=128):
 def main():
     n, d, k = (int(v) for v in sys.argv[1:4])
     spec = sys.argv[4].split(",") if len(sys.argv) > 4 else ["32"]
-    ms = [int(v) for v in spec if not v.startswith("Y")]
+    ms = [int(v) for v in spec if v[0].isdigit()]
     gs = [int(v[1:]) for v in spec if v.startswith("Y")]
+    ps = [tuple(int(t) for t in (v[1:].split(":") + ["4"])[:2]) for v in spec if v.startswith("P")]
     if any(k % g for g in gs):
         sys.exit("Yg: k must be a multiple of g")
     x = blobs(n, d, k, 4321)
@@ -111,6 +126,9 @@ def main():
     cols = {g: np.argsort(groups[g], kind="stable") for g in gs}	# centroids group by group
     YU = {}
     YL = {}
+    PS = {pw: {} for pw in ps}	# per scheme: U, LA, LB, tF (-1: none), far sets by iteration
+    fit = {m: [0.0, 0.0] for m in ms}	# rows listed, rows tested, over the fit (of n)
+    fitp = {pw: [0.0, 0.0] for pw in ps}
     sorted_rows = None
     work = {g: [0, 0, 0, 0] for g in gs}	# listed rows, groups screened, block groups (own order, sorted)
     prev = None
@@ -129,6 +147,34 @@ def main():
             need = {m: np.zeros(n, bool) for m in schemes}
             pairs = {m: 0 for m in schemes}
             gneed = {g: np.zeros((n, k // g), bool) for g in gs}
+            tested = {m: 0 for m in schemes}
+            pneed = {pw: np.zeros(n, bool) for pw in ps}
+            ptest = {pw: 0 for pw in ps}
+            ptop = {}
+            for pw in ps:
+                st = PS[pw]
+                pm, pwin = pw
+                st["sets"][it] = order[:pm].copy()
+                for s_ in [s_ for s_ in st["sets"] if s_ <= it - pwin]:
+                    del st["sets"][s_]
+                # sets older than the window merged into LB (the rows' own sets of it - w)
+                old = (st["tF"] >= 0) & (st["tF"] <= it - pwin)
+                st["LB"][old] = np.minimum(st["LB"][old], st["LA"][old])
+                st["LA"][old] = np.inf
+                st["tF"][old] = -1
+                # top two drifts in each kept set and in its complement (own excluded per row below)
+                top = {}
+                for s_, S in st["sets"].items():
+                    if s_ == it:
+                        continue
+                    inS = np.zeros(k, bool)
+                    inS[S] = True
+                    dA = np.where(inS, drift, -1.0)
+                    dB = np.where(inS, -1.0, drift)
+                    iA = np.argsort(-dA)[:2]
+                    iB = np.argsort(-dB)[:2]
+                    top[s_] = (iA[0], dA[iA[0]], dA[iA[1]], iB[0], dB[iB[0]], dB[iB[1]], inS)
+                ptop[pw] = top
             gdrift = {g: np.array([drift[groups[g] == j].max() for j in range(k // g)]) for g in gs}
         for i0 in range(0, n, chunk):
             xs = x[i0:i0 + chunk]
@@ -181,9 +227,51 @@ def main():
                 else:
                     lf = np.inf
                 nd = ~(u < l1) | ~(u < lf)
+                if (a[~nd] != p[~nd]).any():
+                    sys.exit("M%d: a row kept by its bounds changed cluster" % m)
+                if m:
+                    tested[m] += int((meas.any(1) & (u < l1)).sum())
                 need[m][i0:i0 + chunk] = nd
                 U[m][i0:i0 + chunk] = np.where(nd, own[i0:i0 + chunk], u)
                 L[m][i0:i0 + chunk] = np.where(nd, sec[i0:i0 + chunk], np.minimum(l1, lf))
+            for pw in ps:
+                st = PS[pw]
+                sl = slice(i0, i0 + chunk)
+                tF = st["tF"][sl]
+                u = st["U"][sl] + drift[p]
+                # each row's two bounds fall by the largest drift in its own sets, its centroid aside
+                mxA = np.zeros(len(xs))
+                mxB = np.where(p == order[0], drift[order[1]], drift[order[0]])
+                inA = np.zeros((len(xs), k), bool)
+                for s_, (a0, a1, a2, b0, b1, b2, inS) in ptop[pw].items():
+                    w_ = tF == s_
+                    mxA[w_] = np.where(p[w_] == a0, a2, a1)
+                    mxB[w_] = np.where(p[w_] == b0, b2, b1)
+                    inA[w_] = inS
+                la = st["LA"][sl] - mxA
+                lb = st["LB"][sl] - mxB
+                u = np.where(u < np.minimum(la, lb), u, D[r, p])	# crossing rows measured
+                stay = u < np.minimum(la, lb)
+                ft = ~stay & (u < lb) & (tF >= 0)
+                # the test: the exact least distance over the row's own far set, its centroid aside
+                dA = np.where(inA & (np.arange(k)[None, :] != p[:, None]), D, np.inf).min(1)
+                passed = ft & (u < dA)
+                ptest[pw] += int(ft.sum())
+                scr = ~stay & ~passed
+                if (a[~scr] != p[~scr]).any():
+                    sys.exit("P%d:%d: a row kept by its bounds changed cluster" % pw)
+                pneed[pw][sl] = scr
+                # screened rows: exact bounds against the current far set and the rest
+                inT = np.zeros(k, bool)
+                inT[order[:pw[0]]] = True
+                Dn = D.copy()
+                Dn[r, a] = np.inf
+                nA = np.where(inT[None, :], Dn, np.inf).min(1)
+                nB = np.where(inT[None, :], np.inf, Dn).min(1)
+                st["U"][sl] = np.where(scr, own[sl], u)
+                st["LA"][sl] = np.where(scr, nA, np.where(passed, dA, la))
+                st["LB"][sl] = np.where(scr, nB, lb)
+                st["tF"][sl] = np.where(scr, it, tF)
         out = ["iter %d" % (it + 1)]
         if prev is None:
             for m in schemes:
@@ -191,6 +279,9 @@ def main():
                 L[m] = sec.copy()
             for g in gs:
                 YU[g] = own.copy()
+            for pw in ps:
+                PS[pw].update(U=own.copy(), LA=np.full(n, np.inf), LB=sec.copy(),
+                              tF=np.full(n, -1), sets={})
             sorted_rows = np.argsort(lab, kind="stable")
             out.append("all rows")
         else:
@@ -198,7 +289,14 @@ def main():
                 name = "M%d" % m if m else "H"
                 out.append("%s %.1f%%" % (name, 100 * need[m].mean()))
                 if m:
-                    out.append("(pairs %.2f)" % (pairs[m] / n))
+                    out.append("(pairs %.2f, tested %.1f%%)" % (pairs[m] / n, 100 * tested[m] / n))
+                    fit[m][0] += need[m].mean()
+                    fit[m][1] += tested[m] / n
+            for pw in ps:
+                out.append("P%d:%d %.1f%% (tested %.1f%%)" % (pw[0], pw[1], 100 * pneed[pw].mean(),
+                                                            100 * ptest[pw] / n))
+                fitp[pw][0] += pneed[pw].mean()
+                fitp[pw][1] += ptest[pw] / n
             for g in gs:
                 nm = gneed[g]
                 li = np.flatnonzero(nm.any(1))
@@ -224,6 +322,12 @@ def main():
         prev, C, last = C, new, lab
         if shift <= tolv:
             break
+    for m in ms:
+        print("M%d over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
+              "whole screens at %d of %d centroids)" % (m, fit[m][0], fit[m][1], fit[m][1] * m / k, m, k))
+    for pw in ps:
+        print("P%d:%d over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
+              "whole screens)" % (pw[0], pw[1], fitp[pw][0], fitp[pw][1], fitp[pw][1] * pw[0] / k))
     for g in gs:
         w = work[g]
         print("Y%d over the fit, in whole screens: rows listed %.2f, groups screened %.2f, "
