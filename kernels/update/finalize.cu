@@ -122,7 +122,7 @@ kmg_finalize_kernel(const __grid_constant__ kmg_args a, int mode)
 		float		cmax = 0.0f;
 		double		est = 0.0;
 
-		allx = 0;
+		allx = 0;			/* from every cluster's exact norm below, not the warps' flags */
 		for (int j0 = 0; j0 < k; j0 += KMG_FIN_NT * KMG_FIN_BATCH)
 		{
 			float		nf[KMG_FIN_BATCH];
