@@ -13,7 +13,10 @@ with exact distances in place of the screen's rounded ones:
         centroids that moved farthest, and a row that crosses only because
         of those is measured against them (listed if one is not farther
         than ub; else lb becomes the least of those distances and the rest's
-        bound).  "pairs" is the far distances measured per row of n,
+        bound).  m@eta: the same with the screen's slack, a screened or
+        far-tested row's ub^2 raised and lb^2 lowered by eta |x| cmax / 2
+        (the engine's float16 screen: eta about 0.006 at B's scale).
+        "pairs" is the far distances measured per row of n,
         "tested" the rows that needed some (the engine screens such a row
         against the whole far tile of m centroids).
   Pm    the far set kept per row (Pm or Pm:w, window w, default 4): a
@@ -45,6 +48,7 @@ engine made of it.
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 128 1024 32,128
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 96 256 Y16,Y32,Y64
     /usr/bin/python3 kernels/bench/bounds_model.py 60000 408 1000 26,P26,P26:8
+    /usr/bin/python3 kernels/bench/bounds_model.py 60000 408 1000 26,26@0.0054
 """
 import sys
 
@@ -110,7 +114,10 @@ def block_work(need, order, rows=128):
 def main():
     n, d, k = (int(v) for v in sys.argv[1:4])
     spec = sys.argv[4].split(",") if len(sys.argv) > 4 else ["32"]
-    ms = [int(v) for v in spec if v[0].isdigit()]
+    # Mm (or m@eta): the far centroids' count, and the screen's slack eta |x| cmax on squared distances
+    ms = [v for v in spec if v[0].isdigit()]
+    mdef = {v: (int(v.split("@")[0]), float(v.split("@")[1]) if "@" in v else 0.0) for v in ms}
+    mdef["H"] = (0, 0.0)
     gs = [int(v[1:]) for v in spec if v.startswith("Y")]
     ps = [tuple(int(t) for t in (v[1:].split(":") + ["4"])[:2]) for v in spec if v.startswith("P")]
     if any(k % g for g in gs):
@@ -118,7 +125,7 @@ def main():
     x = blobs(n, d, k, 4321)
     xn = (x.astype(np.float64) ** 2).sum(1).astype(np.float32)
     C = kmeanspp(x, xn, k, np.random.default_rng(7))
-    schemes = [0] + ms
+    schemes = ["H"] + ms
     U = {}
     L = {}
     grng = np.random.default_rng(11)
@@ -127,7 +134,7 @@ def main():
     YU = {}
     YL = {}
     PS = {pw: {} for pw in ps}	# per scheme: U, LA, LB, tF (-1: none), far sets by iteration
-    fit = {m: [0.0, 0.0] for m in ms}	# rows listed, rows tested, over the fit (of n)
+    fit = {key: [0.0, 0.0] for key in ["H"] + ms}	# rows listed, rows tested, over the fit (of n)
     fitp = {pw: [0.0, 0.0] for pw in ps}
     sorted_rows = None
     work = {g: [0, 0, 0, 0] for g in gs}	# listed rows, groups screened, block groups (own order, sorted)
@@ -211,9 +218,13 @@ def main():
             if prev is None:
                 continue
             p = last[i0:i0 + chunk]
-            for m in schemes:
-                u = U[m][i0:i0 + chunk] + drift[p]
-                lo = L[m][i0:i0 + chunk]
+            xs_norm = np.sqrt(xn[i0:i0 + chunk].astype(np.float64))
+            for key in schemes:
+                m, eta = mdef[key]
+                # what a screen leaves of a squared distance on each side (half the slack)
+                half = 0.5 * eta * xs_norm * np.sqrt(cn.max())
+                u = U[key][i0:i0 + chunk] + drift[p]
+                lo = L[key][i0:i0 + chunk]
                 far, rest = order[:m], order[m:]
                 l1 = lo - np.where(p == rest[0], drift[rest[1]], drift[rest[0]])
                 u = np.where(u < l1, u, D[r, p])	# crossing rows measured
@@ -221,19 +232,22 @@ def main():
                     bf = lo[:, None] - drift[far][None, :]
                     mine = p[:, None] == far[None, :]
                     meas = ~(u[:, None] < bf) & ~mine & (u < l1)[:, None]
-                    df = np.where(mine, np.inf, np.where(meas, D[:, far], bf))
-                    pairs[m] += int(meas.sum())
+                    dfar = np.sqrt(np.maximum(D[:, far] ** 2 - half[:, None], 0))	# screened
+                    df = np.where(mine, np.inf, np.where(meas, dfar, bf))
+                    pairs[key] += int(meas.sum())
                     lf = df.min(1)
                 else:
                     lf = np.inf
                 nd = ~(u < l1) | ~(u < lf)
                 if (a[~nd] != p[~nd]).any():
-                    sys.exit("M%d: a row kept by its bounds changed cluster" % m)
+                    sys.exit("%s: a row kept by its bounds changed cluster" % key)
                 if m:
-                    tested[m] += int((meas.any(1) & (u < l1)).sum())
-                need[m][i0:i0 + chunk] = nd
-                U[m][i0:i0 + chunk] = np.where(nd, own[i0:i0 + chunk], u)
-                L[m][i0:i0 + chunk] = np.where(nd, sec[i0:i0 + chunk], np.minimum(l1, lf))
+                    tested[key] += int((meas.any(1) & (u < l1)).sum())
+                need[key][i0:i0 + chunk] = nd
+                so = np.sqrt(own[i0:i0 + chunk] ** 2 + half)
+                ss = np.sqrt(np.maximum(sec[i0:i0 + chunk] ** 2 - half, 0))
+                U[key][i0:i0 + chunk] = np.where(nd, so, u)
+                L[key][i0:i0 + chunk] = np.where(nd, ss, np.minimum(l1, lf))
             for pw in ps:
                 st = PS[pw]
                 sl = slice(i0, i0 + chunk)
@@ -274,9 +288,10 @@ def main():
                 st["tF"][sl] = np.where(scr, it, tF)
         out = ["iter %d" % (it + 1)]
         if prev is None:
-            for m in schemes:
-                U[m] = own.copy()
-                L[m] = sec.copy()
+            for key in schemes:
+                half = 0.5 * mdef[key][1] * np.sqrt(xn.astype(np.float64)) * np.sqrt(cn.max())
+                U[key] = np.sqrt(own ** 2 + half)
+                L[key] = np.sqrt(np.maximum(sec ** 2 - half, 0))
             for g in gs:
                 YU[g] = own.copy()
             for pw in ps:
@@ -285,13 +300,13 @@ def main():
             sorted_rows = np.argsort(lab, kind="stable")
             out.append("all rows")
         else:
-            for m in schemes:
-                name = "M%d" % m if m else "H"
-                out.append("%s %.1f%%" % (name, 100 * need[m].mean()))
+            for key in schemes:
+                m = mdef[key][0]
+                out.append("%s %.1f%%" % ("M" + key if key != "H" else key, 100 * need[key].mean()))
                 if m:
-                    out.append("(pairs %.2f, tested %.1f%%)" % (pairs[m] / n, 100 * tested[m] / n))
-                    fit[m][0] += need[m].mean()
-                    fit[m][1] += tested[m] / n
+                    out.append("(pairs %.2f, tested %.1f%%)" % (pairs[key] / n, 100 * tested[key] / n))
+                fit[key][0] += need[key].mean()
+                fit[key][1] += tested[key] / n
             for pw in ps:
                 out.append("P%d:%d %.1f%% (tested %.1f%%)" % (pw[0], pw[1], 100 * pneed[pw].mean(),
                                                             100 * ptest[pw] / n))
@@ -322,9 +337,11 @@ def main():
         prev, C, last = C, new, lab
         if shift <= tolv:
             break
-    for m in ms:
-        print("M%d over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
-              "whole screens at %d of %d centroids)" % (m, fit[m][0], fit[m][1], fit[m][1] * m / k, m, k))
+    for key in ["H"] + ms:
+        m = mdef[key][0]
+        print("%s over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
+              "whole screens at %d of %d centroids)" % ("M" + key if key != "H" else key, fit[key][0],
+                                                        fit[key][1], fit[key][1] * m / k, m, k))
     for pw in ps:
         print("P%d:%d over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
               "whole screens)" % (pw[0], pw[1], fitp[pw][0], fitp[pw][1], fitp[pw][1] * pw[0] / k))
