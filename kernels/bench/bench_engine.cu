@@ -1303,6 +1303,13 @@ static std::vector<vcase> cases = {
 		{"bytes d=800 k=2 k++ n_init=2", 9000, 800, 2, KM_METRIC_L2, 0, KM_INIT_KMEANSPP, 30, 0.0, 2, 6, 38},
 		{"bytes d=300 k=8 weights (floats)", 20000, 300, 8, KM_METRIC_L2, 1, KM_INIT_RANDOM, 30, 0.0, 1, 6, 39},
 		{"bytes d=160 k=16 (floats)", 20000, 160, 16, KM_METRIC_L2, 0, KM_INIT_RANDOM, 30, 0.0, 1, 6, 40},
+		/*
+		 * the end for k > 64 (update/finalize.cu, a warp a cluster): k not a
+		 * multiple of its four clusters a block, a lane's columns past 512,
+		 * re-seeds; cosine with weights
+		 */
+		{"d=600 k=67 empties (far init)", 20000, 600, 67, KM_METRIC_L2, 0, KM_INIT_EXPLICIT, 30, 0.0, 1, 3, 41},
+		{"d=70 k=130 cos weights", 20000, 70, 130, KM_METRIC_COSINE, 1, KM_INIT_KMEANSPP, 10, 0.0, 1, 0, 42},
 };
 
 static void
