@@ -1734,8 +1734,39 @@ bench(void)
  * iterations x the full iteration (the target: at most 0.4), and over the
  * full iterations that sum every row.
  * BOUNDS_SHAPES=m: the first m shapes (=CF: shapes C and F); KMG_VERBOSE=1 in the environment
- * traces the bounded fit (rows screened per iteration).
+ * traces the bounded fit (rows screened per iteration); BOUNDS_DUMP=dir writes each shape's rows
+ * and seeds (dump_fit_input).
  */
+/*
+ * BOUNDS_DUMP=dir: a shape's rows and seeds as raw float32 (dir/NAME.x, n x
+ * d; dir/NAME.seeds, k x d), for bounds_model.py --data to fit the same
+ * data from the same seeds.
+ */
+static void
+dump_fit_input(const char *dir, const char *name, const float *x, int64_t n, int d, const float *seeds, int k)
+{
+	const struct
+	{
+		const char *ext;
+		const float *v;
+		size_t		count;
+	}			f[] = {{"x", x, (size_t) n * d}, {"seeds", seeds, (size_t) k * d}};
+
+	for (const auto &e : f)
+	{
+		char		path[1024];
+		FILE	   *fp;
+
+		snprintf(path, sizeof(path), "%s/%s.%s", dir, name, e.ext);
+		if ((fp = fopen(path, "wb")) == NULL || fwrite(e.v, sizeof(float), e.count, fp) != e.count ||
+			fclose(fp) != 0)
+		{
+			fprintf(stderr, "BOUNDS_DUMP: cannot write %s\n", path);
+			exit(3);
+		}
+	}
+}
+
 static void
 bounds_bench(void)
 {
@@ -1807,6 +1838,8 @@ bounds_bench(void)
 		std::vector<float> seeds(r[0].centroids, r[0].centroids + (size_t) sh->k * sh->d);
 
 		result_free(&r[0]);
+		if (getenv("BOUNDS_DUMP") != NULL)
+			dump_fit_input(getenv("BOUNDS_DUMP"), sh->name, x, sh->n, sh->d, seeds.data(), sh->k);
 		p.init = KM_INIT_EXPLICIT;
 		p.init_centroids = seeds.data();
 		for (int rep = 0; rep < 2; rep++)

@@ -16,6 +16,11 @@ with exact distances in place of the screen's rounded ones:
         bound).  m@eta: the same with the screen's slack, a screened or
         far-tested row's ub^2 raised and lb^2 lowered by eta |x| cmax / 2
         (the engine's float16 screen: eta about 0.006 at B's scale).
+        m! and m~ (also after @eta): the engine's test before round 18, a
+        row whose own centroid is far listed rather than tested, and a
+        crossing row measured only where ub minus its drift is under the
+        bound over every other centroid (!) or under the bound it is
+        judged by (~); plain m is the engine's test since.
         "pairs" is the far distances measured per row of n,
         "tested" the rows that needed some (the engine screens such a row
         against the whole far tile of m centroids).
@@ -39,6 +44,12 @@ with exact distances in place of the screen's rounded ones:
         the rows listed in their own order and (after "sorted") in the
         order of their first iteration's labels (rows laid out by cluster
         once).
+Options: --gpu runs it on CuPy (Hamerly's and Mm's bounds only; every
+distance in float64) for the benchmark's full sizes; --data=PREFIX fits
+bench_engine's own rows and seeds (PREFIX.x, PREFIX.seeds, written by
+`BOUNDS_DUMP=dir bench_engine bounds`) instead of blobs and k-means++;
+--moved-tol stops as the engine does (at most 1e-4 of the rows moved)
+instead of at a centroid shift of 1e-4 of the data's variance.
 Prints one line an iteration, and each scheme's totals over the fit; stops
 with a message if a row that Mm or Pm kept changed cluster (a bound that
 was not one).  kernels/bench/NOTES.md ("far centroids", "Yinyang groups on
@@ -49,6 +60,8 @@ engine made of it.
     /usr/bin/python3 kernels/bench/bounds_model.py 200000 96 256 Y16,Y32,Y64
     /usr/bin/python3 kernels/bench/bounds_model.py 60000 408 1000 26,P26,P26:8
     /usr/bin/python3 kernels/bench/bounds_model.py 60000 408 1000 26,26@0.0054
+    python3 kernels/bench/bounds_model.py --gpu --data=/tmp/dump/B --moved-tol \
+        300000 408 5000 128,128@0.0059,128@0.0059!,128@0.0059~
 """
 import sys
 
@@ -68,16 +81,25 @@ def blobs(n, d, k, seed):
     return x
 
 
-def kmeanspp(x, xn, k, rng):
+def draw(p, rng, xp):
+    """A row with probability p / p.sum(), as numpy's Generator.choice draws it (one uniform)."""
+    if xp is np:
+        return rng.choice(len(p), p=p / p.sum())
+    cdf = xp.cumsum(p / p.sum())
+    cdf /= cdf[-1]
+    u = xp.asarray([rng.random()])
+    return min(int(xp.searchsorted(cdf, u, side="right")[0]), len(p) - 1)
+
+
+def kmeanspp(x, xn, k, rng, xp):
     first = x[rng.integers(len(x))]
     seeds = [first]
-    md = np.maximum(xn - 2 * x @ first + first @ first, 0)
+    md = xp.maximum(xn - 2 * x @ first + first @ first, 0)
     for _ in range(1, k):
-        p = md.astype(np.float64)
-        c = x[rng.choice(len(x), p=p / p.sum())]
+        c = x[draw(md.astype(xp.float64), rng, xp)]
         seeds.append(c)
-        md = np.minimum(md, np.maximum(xn - 2 * x @ c + c @ c, 0))
-    return np.array(seeds, np.float64)
+        md = xp.minimum(md, xp.maximum(xn - 2 * x @ c + c @ c, 0))
+    return xp.stack(seeds).astype(xp.float64)
 
 
 def balanced_groups(C, g, rng):
@@ -112,19 +134,36 @@ def block_work(need, order, rows=128):
 
 
 def main():
-    n, d, k = (int(v) for v in sys.argv[1:4])
-    spec = sys.argv[4].split(",") if len(sys.argv) > 4 else ["32"]
+    args = [v for v in sys.argv[1:] if not v.startswith("--")]
+    moved_tol = "--moved-tol" in sys.argv
+    xp = np
+    if "--gpu" in sys.argv:
+        import cupy as xp
+    n, d, k = (int(v) for v in args[:3])
+    spec = args[3].split(",") if len(args) > 3 else ["32"]
     # Mm (or m@eta): the far centroids' count, and the screen's slack eta |x| cmax on squared distances
     ms = [v for v in spec if v[0].isdigit()]
-    mdef = {v: (int(v.split("@")[0]), float(v.split("@")[1]) if "@" in v else 0.0) for v in ms}
+    mdef = {v: (int(v.rstrip("!~").split("@")[0]), float(v.rstrip("!~").split("@")[1]) if "@" in v else 0.0)
+            for v in ms}
     mdef["H"] = (0, 0.0)
     gs = [int(v[1:]) for v in spec if v.startswith("Y")]
     ps = [tuple(int(t) for t in (v[1:].split(":") + ["4"])[:2]) for v in spec if v.startswith("P")]
     if any(k % g for g in gs):
         sys.exit("Yg: k must be a multiple of g")
-    x = blobs(n, d, k, 4321)
-    xn = (x.astype(np.float64) ** 2).sum(1).astype(np.float32)
-    C = kmeanspp(x, xn, k, np.random.default_rng(7))
+    if xp is not np and (gs or ps):
+        sys.exit("--gpu: Hamerly's and Mm's bounds only")
+    data = [v[7:] for v in sys.argv if v.startswith("--data=")]
+    if data:
+        # bench_engine's rows and seeds (BOUNDS_DUMP): the engine's own fit, bound by bound
+        x = xp.asarray(np.fromfile(data[0] + ".x", np.float32).reshape(n, d))
+    else:
+        x = xp.asarray(blobs(n, d, k, 4321))
+    # on the GPU every distance in float64 (the CPU's float32 products serve at its small sizes)
+    xn = (x.astype(xp.float64) ** 2).sum(1).astype(xp.float32 if xp is np else xp.float64)
+    if data:
+        C = xp.asarray(np.fromfile(data[0] + ".seeds", np.float32).reshape(k, d).astype(np.float64))
+    else:
+        C = kmeanspp(x, xn, k, np.random.default_rng(7), xp)
     schemes = ["H"] + ms
     U = {}
     L = {}
@@ -140,18 +179,18 @@ def main():
     work = {g: [0, 0, 0, 0] for g in gs}	# listed rows, groups screened, block groups (own order, sorted)
     prev = None
     last = None
-    tolv = 1e-4 * np.mean(np.var(x.astype(np.float64), 0)) * d
-    chunk = 50000
+    tolv = 1e-4 * xp.mean(xp.var(x.astype(xp.float64), 0)) * d
+    chunk = 50000 if xp is np else 200000
     for it in range(300):
-        Cf = C.astype(np.float32)
+        Cf = C.astype(xp.float32 if xp is np else xp.float64)
         cn = (Cf * Cf).sum(1)
-        lab = np.empty(n, np.int64)
-        own = np.empty(n)
-        sec = np.empty(n)
+        lab = xp.empty(n, xp.int64)
+        own = xp.empty(n)
+        sec = xp.empty(n)
         if prev is not None:
-            drift = np.sqrt(((C - prev) ** 2).sum(1))
-            order = np.argsort(-drift)
-            need = {m: np.zeros(n, bool) for m in schemes}
+            drift = xp.sqrt(((C - prev) ** 2).sum(1))
+            order = xp.argsort(-drift)
+            need = {m: xp.zeros(n, bool) for m in schemes}
             pairs = {m: 0 for m in schemes}
             gneed = {g: np.zeros((n, k // g), bool) for g in gs}
             tested = {m: 0 for m in schemes}
@@ -185,13 +224,13 @@ def main():
             gdrift = {g: np.array([drift[groups[g] == j].max() for j in range(k // g)]) for g in gs}
         for i0 in range(0, n, chunk):
             xs = x[i0:i0 + chunk]
-            r = np.arange(len(xs))
-            D = np.sqrt(np.maximum(xn[i0:i0 + chunk, None] - 2 * xs @ Cf.T + cn[None, :], 0))
-            a = np.argmin(D, 1)
+            r = xp.arange(len(xs))
+            D = xp.sqrt(xp.maximum(xn[i0:i0 + chunk, None] - 2 * xs @ Cf.T + cn[None, :], 0))
+            a = xp.argmin(D, 1)
             lab[i0:i0 + chunk] = a
             own[i0:i0 + chunk] = D[r, a]
             D2 = D.copy()
-            D2[r, a] = np.inf
+            D2[r, a] = xp.inf
             sec[i0:i0 + chunk] = D2.min(1)
             for g in gs:
                 # each group's least distance other than the row's centroid: exact after a screen
@@ -218,36 +257,51 @@ def main():
             if prev is None:
                 continue
             p = last[i0:i0 + chunk]
-            xs_norm = np.sqrt(xn[i0:i0 + chunk].astype(np.float64))
+            xs_norm = xp.sqrt(xn[i0:i0 + chunk].astype(xp.float64))
             for key in schemes:
                 m, eta = mdef[key]
                 # what a screen leaves of a squared distance on each side (half the slack)
-                half = 0.5 * eta * xs_norm * np.sqrt(cn.max())
-                u = U[key][i0:i0 + chunk] + drift[p]
+                half = 0.5 * eta * xs_norm * xp.sqrt(cn.max())
+                u0 = U[key][i0:i0 + chunk]
+                u = u0 + drift[p]
                 lo = L[key][i0:i0 + chunk]
                 far, rest = order[:m], order[m:]
-                l1 = lo - np.where(p == rest[0], drift[rest[1]], drift[rest[0]])
-                u = np.where(u < l1, u, D[r, p])	# crossing rows measured
+                l1 = lo - xp.where(p == rest[0], drift[rest[1]], drift[rest[0]])
+                rule = key[-1] if key[-1] in "!~" else ""
+                if rule:
+                    # the engine's test: lg against every other centroid, the far test only for a
+                    # row whose centroid is not far, a crossing row measured only where ub - its
+                    # drift is under lg ("!") or under the bound it is judged by ("~")
+                    lg = lo - xp.where(p == order[0], drift[order[1]], drift[order[0]])
+                    ownfar = drift[p] > drift[rest[0]] if m else xp.zeros(len(p), bool)
+                    le = lg if rule == "!" else xp.where(ownfar, lg, l1)
+                    u = xp.where(~(u < lg) & (u0 - drift[p] < le), D[r, p], u)
+                else:
+                    u = xp.where(u < l1, u, D[r, p])	# crossing rows measured
                 if m:
                     bf = lo[:, None] - drift[far][None, :]
                     mine = p[:, None] == far[None, :]
                     meas = ~(u[:, None] < bf) & ~mine & (u < l1)[:, None]
-                    dfar = np.sqrt(np.maximum(D[:, far] ** 2 - half[:, None], 0))	# screened
-                    df = np.where(mine, np.inf, np.where(meas, dfar, bf))
+                    dfar = xp.sqrt(xp.maximum(D[:, far] ** 2 - half[:, None], 0))	# screened
+                    df = xp.where(mine, xp.inf, xp.where(meas, dfar, bf))
                     pairs[key] += int(meas.sum())
                     lf = df.min(1)
                 else:
-                    lf = np.inf
+                    lf = xp.inf
                 nd = ~(u < l1) | ~(u < lf)
+                if rule:
+                    nd = xp.where(ownfar, ~(u < lg), nd)
+                    lf = xp.where(ownfar, xp.inf, lf)
+                    l1 = xp.where(ownfar, lg, l1)
                 if (a[~nd] != p[~nd]).any():
                     sys.exit("%s: a row kept by its bounds changed cluster" % key)
                 if m:
                     tested[key] += int((meas.any(1) & (u < l1)).sum())
                 need[key][i0:i0 + chunk] = nd
-                so = np.sqrt(own[i0:i0 + chunk] ** 2 + half)
-                ss = np.sqrt(np.maximum(sec[i0:i0 + chunk] ** 2 - half, 0))
-                U[key][i0:i0 + chunk] = np.where(nd, so, u)
-                L[key][i0:i0 + chunk] = np.where(nd, ss, np.minimum(l1, lf))
+                so = xp.sqrt(own[i0:i0 + chunk] ** 2 + half)
+                ss = xp.sqrt(xp.maximum(sec[i0:i0 + chunk] ** 2 - half, 0))
+                U[key][i0:i0 + chunk] = xp.where(nd, so, u)
+                L[key][i0:i0 + chunk] = xp.where(nd, ss, xp.minimum(l1, lf))
             for pw in ps:
                 st = PS[pw]
                 sl = slice(i0, i0 + chunk)
@@ -289,15 +343,15 @@ def main():
         out = ["iter %d" % (it + 1)]
         if prev is None:
             for key in schemes:
-                half = 0.5 * mdef[key][1] * np.sqrt(xn.astype(np.float64)) * np.sqrt(cn.max())
-                U[key] = np.sqrt(own ** 2 + half)
-                L[key] = np.sqrt(np.maximum(sec ** 2 - half, 0))
+                half = 0.5 * mdef[key][1] * xp.sqrt(xn.astype(xp.float64)) * xp.sqrt(cn.max())
+                U[key] = xp.sqrt(own ** 2 + half)
+                L[key] = xp.sqrt(xp.maximum(sec ** 2 - half, 0))
             for g in gs:
                 YU[g] = own.copy()
             for pw in ps:
                 PS[pw].update(U=own.copy(), LA=np.full(n, np.inf), LB=sec.copy(),
                               tF=np.full(n, -1), sets={})
-            sorted_rows = np.argsort(lab, kind="stable")
+            sorted_rows = np.argsort(lab, kind="stable") if gs else None
             out.append("all rows")
         else:
             for key in schemes:
@@ -305,7 +359,7 @@ def main():
                 out.append("%s %.1f%%" % ("M" + key if key != "H" else key, 100 * need[key].mean()))
                 if m:
                     out.append("(pairs %.2f, tested %.1f%%)" % (pairs[key] / n, 100 * tested[key] / n))
-                fit[key][0] += need[key].mean()
+                fit[key][0] += float(need[key].mean())
                 fit[key][1] += tested[key] / n
             for pw in ps:
                 out.append("P%d:%d %.1f%% (tested %.1f%%)" % (pw[0], pw[1], 100 * pneed[pw].mean(),
@@ -327,15 +381,26 @@ def main():
                            (g, 100 * len(li) / n, nm.sum() / max(len(li), 1) / G, 100 * bw[0], 100 * bw[1]))
             out.append("moved %.1f%%" % (100 * (lab != last).mean()))
         print(*out, flush=True)
-        counts = np.bincount(lab, minlength=k)
-        o = np.argsort(lab, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        counts = xp.bincount(lab, minlength=k)
         nz = counts > 0
         new = C.copy()
-        new[nz] = np.add.reduceat(x[o].astype(np.float64), starts[nz], axis=0) / counts[nz, None]
+        if xp is np:
+            o = np.argsort(lab, kind="stable")
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            new[nz] = np.add.reduceat(x[o].astype(np.float64), starts[nz], axis=0) / counts[nz, None]
+        else:
+            import cupyx	# float64 atomics: the sums' last bits vary from run to run
+            sums = xp.zeros((k, d))
+            for i0 in range(0, n, chunk):
+                cupyx.scatter_add(sums, lab[i0:i0 + chunk], x[i0:i0 + chunk].astype(xp.float64))
+            new[nz] = sums[nz] / counts[nz, None]
         shift = ((new - C) ** 2).sum()
+        stop = shift <= tolv
+        if moved_tol:
+            # the engine's rule (finalize_block.cuh): at most tol of the rows moved
+            stop = last is not None and float((lab != last).mean()) <= 1e-4
         prev, C, last = C, new, lab
-        if shift <= tolv:
+        if stop:
             break
     for key in ["H"] + ms:
         m = mdef[key][0]
