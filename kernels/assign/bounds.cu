@@ -31,11 +31,11 @@
  * The far centroids (a->frow set: k >= KMG_FAR_MIN_K on the mma.sync
  * screen).  The drifts are heavy-tailed, and lb falls by the largest.  So
  * the drift kernel also takes the KMG_FAR_C centroids that moved farthest
- * and tau, a bound on the others' drifts; a crossing row whose centroid
- * is not far and whose ub is below lb - tau (every other centroid that is
- * not far lies past that) is listed on a->frow instead, and screen.cu's
- * kmg_screen_far screens it against the far centroids alone: its label
- * stays where they all lie past ub, else it joins a->brow.
+ * and tau, a bound on the others' drifts; a crossing row whose ub is below
+ * lb - tau (every other centroid that is not far lies past that) is listed
+ * on a->frow instead, and screen.cu's kmg_screen_far screens it against
+ * the far centroids alone: its label stays where they all (its own aside,
+ * where it is far) lie past ub, else it joins a->brow.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -353,17 +353,19 @@ kmg_bounds_rows_kernel(kmg_args a)
 			{
 				const float dj = a.drift[j];
 
-				if (far && !(dj > tau))
+				if (far)
 					lrest = __fsub_rd(l, tau);
 				l = __fsub_rd(l, j == jmax ? dmax2 : dmax1);
 				/*
-				 * Measured only where that may pass: the distance now is at
-				 * least about ub - drift_j when ub was measured at the last
-				 * iteration, so a row that crosses by more goes to the
-				 * screen unread (early iterations: most rows).  A choice of
-				 * work only; every label is decided exactly either way.
+				 * Measured only where that may pass, against the bound it
+				 * is judged by (far: lrest, the far test's): the distance
+				 * now is at least about ub - drift_j when ub was measured
+				 * at the last iteration, so a row that crosses by more goes
+				 * to the screen unread (early iterations: most rows).  A
+				 * choice of work only; every label is decided exactly
+				 * either way.
 				 */
-				cross = !(__fadd_ru(u, dj) < l) && u - dj < l;
+				cross = !(__fadd_ru(u, dj) < l) && u - dj < (far ? lrest : l);
 				u = __fadd_ru(u, dj);
 				has = 1;
 			}
@@ -418,7 +420,7 @@ kmg_bounds_rows_kernel(kmg_args a)
 			need = !(u < l);
 			/*
 			 * Far: only the far centroids may be nearer than ub (the row's
-			 * own is not one of them); kmg_screen_far decides it with lb
+			 * own may be one of them); kmg_screen_far decides it with lb
 			 * the others' bound, and lists it here if they may be.
 			 */
 			fartest = far && need && lrest > 0.0f && u < lrest;

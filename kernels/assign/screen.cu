@@ -622,19 +622,26 @@ kmg_screen_tail_part(const kmg_args &a, int mode, int64_t c, int pfirst, int sp,
 }
 
 /*
- * The far centroids' test of row i (kmg_screen_far): best is the row's
- * least value over the far centroids (a->fsop), so every far centroid is
- * at least kmg_screen_lb(best) from it.  Below that the row's centroid
- * stays (ub is below every other centroid: the far ones by this, the
- * others by lb as kmg_bounds_rows_kernel left it) and lb becomes the
- * least of the two bounds; else the row joins the screen's list.
+ * The far centroids' test of row i (kmg_screen_far): best and second are
+ * the row's least two values over the far centroids (a->fsop).  Where the
+ * row's centroid is not far, every far centroid is at least
+ * kmg_screen_lb(best) from it.  Where it is far (its drift past tau, as
+ * the drift kernel chose a->farc), its own value is among them, and
+ * kmg_screen_lb(second) is the bound: were its value not the least, it
+ * would be at least second, so its distance at least that bound, above
+ * ub; so ub under it means its value is the least and every other far
+ * centroid lies past it.  Below the bound the row's centroid stays (ub is
+ * below every other centroid: the far ones by this, the others by lb as
+ * kmg_bounds_rows_kernel left it) and lb becomes the least of the two
+ * bounds; else the row joins the screen's list.
  */
 template <bool H>
 __device__ __forceinline__ void
-kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float slack, int ce)
+kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float second, float slack, int ce)
 {
 	const double sinv = H ? ldexp(1.0, -km_screen16_sexp(a.xexp, ce)) : 1.0;
-	const float lf = kmg_screen_lb(best, slack, a.xnorm[i], sinv);
+	const bool	own_far = a.drift[a.labels[i]] > a.bs->tau;
+	const float lf = kmg_screen_lb(own_far ? second : best, slack, a.xnorm[i], sinv);
 
 	if (a.ub[i] < lf)
 		a.lb[i] = fminf(a.lb[i], lf);
@@ -680,8 +687,7 @@ kmg_screen_far_decide(const kmg_args &a, int64_t i, float best, float slack, int
  *
  * F (with B): the far centroids' test (kmg_screen_far): the rows listed on
  * a->frow, walked over the far centroids' tiles (a->fsop) only, each row's
- * least value to kmg_screen_far_decide; no lists, no second value, no
- * split.
+ * least two values to kmg_screen_far_decide; no lists, no split.
  */
 template <bool H, bool B, bool F = false>
 __global__ void __launch_bounds__(SNT, 2)
@@ -990,7 +996,7 @@ kmg_screen_kernel(kmg_args a, int mode)
 								m2 = INFINITY,
 								mw;
 
-					if (B && !F)
+					if (B)
 					{
 						/* the thread's least two, then the row's over its 4 threads */
 #pragma unroll
@@ -1065,6 +1071,8 @@ kmg_screen_kernel(kmg_args a, int mode)
 		{
 			if (e0 + tid < nrows)
 				kmg_screen_far_decide<H>(a, (int64_t) a.frow[e0 + tid], fminf(swbest[tid], swbest[SBM + tid]),
+										 fminf(fminf(swsecond[tid], swsecond[SBM + tid]),
+											   fmaxf(swbest[tid], swbest[SBM + tid])),
 										 sslack[tid], ce);
 		}
 		else if (split)
