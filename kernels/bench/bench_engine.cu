@@ -1720,24 +1720,6 @@ bench(void)
 }
 
 /*
- * Whole fits with and without the bounds that skip rows (assign/bounds.cu):
- * blobs as bench makes them, k-means++ seeds (taken once, KMG_SEED_ONLY),
- * then from those seeds tol 1e-4, max_iter 300, with KMG_BOUNDS=0, with
- * bounds, and with KMG_BOUNDS=0 KMG_RUNNING=0 (every row sorted and summed
- * every iteration, no running sums), twice each, rows uploaded once.  The
- * three models must be the same bit for bit.  The iterations' time: a
- * fit's time less its fixed part, fixed = T(max_iter 1, no bounds) - one
- * full iteration, a full iteration being (T(off) - T(max_iter 1)) /
- * (iterations - 1), each with and without running sums; every fit timed
- * returns its labels, so their copy to the host (tens of ms at 10M rows)
- * is in the fixed part of each.  Prints the time with bounds over
- * iterations x the full iteration (the target: at most 0.4), and over the
- * full iterations that sum every row.
- * BOUNDS_SHAPES=m: the first m shapes (=CF: shapes C and F); KMG_VERBOSE=1 in the environment
- * traces the bounded fit (rows screened per iteration); BOUNDS_DUMP=dir writes each shape's rows
- * and seeds (dump_fit_input).
- */
-/*
  * BOUNDS_DUMP=dir: a shape's rows and seeds as raw float32 (dir/NAME.x, n x
  * d; dir/NAME.seeds, k x d), for bounds_model.py --data to fit the same
  * data from the same seeds.
@@ -1767,6 +1749,24 @@ dump_fit_input(const char *dir, const char *name, const float *x, int64_t n, int
 	}
 }
 
+/*
+ * Whole fits with and without the bounds that skip rows (assign/bounds.cu):
+ * blobs as bench makes them, k-means++ seeds (taken once, KMG_SEED_ONLY),
+ * then from those seeds tol 1e-4, max_iter 300, with KMG_BOUNDS=0, with
+ * bounds, and with KMG_BOUNDS=0 KMG_RUNNING=0 (every row sorted and summed
+ * every iteration, no running sums), twice each, rows uploaded once.  The
+ * three models must be the same bit for bit.  The iterations' time: a
+ * fit's time less its fixed part, fixed = T(max_iter 1, no bounds) - one
+ * full iteration, a full iteration being (T(off) - T(max_iter 1)) /
+ * (iterations - 1), each with and without running sums; every fit timed
+ * returns its labels, so their copy to the host (tens of ms at 10M rows)
+ * is in the fixed part of each.  Prints the time with bounds over
+ * iterations x the full iteration (the target: at most 0.4), and over the
+ * full iterations that sum every row.
+ * BOUNDS_SHAPES=m: the first m shapes (=CF: shapes C and F); KMG_VERBOSE=1 in the environment
+ * traces the bounded fit (rows screened per iteration); BOUNDS_DUMP=dir writes each shape's rows
+ * and seeds (dump_fit_input).
+ */
 static void
 bounds_bench(void)
 {

@@ -139,11 +139,12 @@ def main():
     xp = np
     if "--gpu" in sys.argv:
         import cupy as xp
+        import cupyx
     n, d, k = (int(v) for v in args[:3])
     spec = args[3].split(",") if len(args) > 3 else ["32"]
     # Mm (or m@eta): the far centroids' count, and the screen's slack eta |x| cmax on squared distances
     ms = [v for v in spec if v[0].isdigit()]
-    mdef = {v: (int(v.rstrip("!~").split("@")[0]), float(v.rstrip("!~").split("@")[1]) if "@" in v else 0.0)
+    mdef = {v: (lambda f: (int(f[0]), float(f[1]) if len(f) > 1 else 0.0))(v.rstrip("!~").split("@"))
             for v in ms}
     mdef["H"] = (0, 0.0)
     gs = [int(v[1:]) for v in spec if v.startswith("Y")]
@@ -155,13 +156,16 @@ def main():
     data = [v[7:] for v in sys.argv if v.startswith("--data=")]
     if data:
         # bench_engine's rows and seeds (BOUNDS_DUMP): the engine's own fit, bound by bound
-        x = xp.asarray(np.fromfile(data[0] + ".x", np.float32).reshape(n, d))
+        raw = {e: np.fromfile(data[0] + "." + e, np.float32) for e in ("x", "seeds")}
+        if raw["x"].size != n * d or raw["seeds"].size != k * d:
+            sys.exit("--data: %s.x and .seeds do not hold %d x %d rows and %d seeds" % (data[0], n, d, k))
+        x = xp.asarray(raw["x"].reshape(n, d))
     else:
         x = xp.asarray(blobs(n, d, k, 4321))
     # on the GPU every distance in float64 (the CPU's float32 products serve at its small sizes)
     xn = (x.astype(xp.float64) ** 2).sum(1).astype(xp.float32 if xp is np else xp.float64)
     if data:
-        C = xp.asarray(np.fromfile(data[0] + ".seeds", np.float32).reshape(k, d).astype(np.float64))
+        C = xp.asarray(raw["seeds"].reshape(k, d).astype(np.float64))
     else:
         C = kmeanspp(x, xn, k, np.random.default_rng(7), xp)
     schemes = ["H"] + ms
@@ -173,7 +177,7 @@ def main():
     YU = {}
     YL = {}
     PS = {pw: {} for pw in ps}	# per scheme: U, LA, LB, tF (-1: none), far sets by iteration
-    fit = {key: [0.0, 0.0] for key in ["H"] + ms}	# rows listed, rows tested, over the fit (of n)
+    fit = {key: [0.0, 0.0] for key in schemes}	# rows listed, rows tested, over the fit (of n)
     fitp = {pw: [0.0, 0.0] for pw in ps}
     sorted_rows = None
     work = {g: [0, 0, 0, 0] for g in gs}	# listed rows, groups screened, block groups (own order, sorted)
@@ -389,8 +393,7 @@ def main():
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             new[nz] = np.add.reduceat(x[o].astype(np.float64), starts[nz], axis=0) / counts[nz, None]
         else:
-            import cupyx	# float64 atomics: the sums' last bits vary from run to run
-            sums = xp.zeros((k, d))
+            sums = xp.zeros((k, d))	# float64 atomics: the sums' last bits vary from run to run
             for i0 in range(0, n, chunk):
                 cupyx.scatter_add(sums, lab[i0:i0 + chunk], x[i0:i0 + chunk].astype(xp.float64))
             new[nz] = sums[nz] / counts[nz, None]
@@ -402,7 +405,7 @@ def main():
         prev, C, last = C, new, lab
         if stop:
             break
-    for key in ["H"] + ms:
+    for key in schemes:
         m = mdef[key][0]
         print("%s over the fit, in whole screens: rows listed %.2f, rows tested %.2f (%.3f of "
               "whole screens at %d of %d centroids)" % ("M" + key if key != "H" else key, fit[key][0],
