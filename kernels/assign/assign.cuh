@@ -160,9 +160,13 @@ cudaError_t kmg_screen(const kmg_args *a, int mode, const kmg_assign_plan *plan,
 int			kmg_screen_wgmma_usable(int dp, const kmg_device *dev);
 size_t		kmg_screen_work_bytes(int k, int dp);
 size_t		kmg_screen_tail_bytes(void);
-/* The far centroids' test: at most KMG_FAR_C of them (a tile), for k >= KMG_FAR_MIN_K on the mma.sync screen. */
+/*
+ * The far centroids' test: at most KMG_FAR_C of them (a tile), for k >=
+ * KMG_FAR_MIN_K on the mma.sync screen, k >= KMG_FAR_MIN_K_WG on the wgmma one.
+ */
 #define KMG_FAR_C 128
 #define KMG_FAR_MIN_K 2048
+#define KMG_FAR_MIN_K_WG 1024	/* on the wgmma screen (its far test only where it pays: kmg_bounds_far_now) */
 int			kmg_screen_far_on(int k, int wgmma);
 cudaError_t kmg_screen_far(const kmg_args *a, int sms, cudaStream_t stream);
 int			kmg_screen_tail_tickets(void);

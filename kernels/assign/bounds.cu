@@ -29,7 +29,9 @@
  * centroid) are always listed.
  *
  * The far centroids (a->frow set: k >= KMG_FAR_MIN_K on the mma.sync
- * screen).  The drifts are heavy-tailed, and lb falls by the largest.  So
+ * screen, k >= KMG_FAR_MIN_K_WG on the wgmma one, there only in the
+ * iterations where it pays: kmg_bounds_far_now).  The drifts are
+ * heavy-tailed, and lb falls by the largest.  So
  * the drift kernel also takes the KMG_FAR_C centroids that moved farthest
  * and tau, a bound on the others' drifts; a crossing row whose ub is below
  * lb - tau (every other centroid that is not far lies past that) is listed
@@ -74,9 +76,10 @@ kmg_bounds_drift_batch(const kmg_args &a, int base, float *v)
  * order as they do); so tau is at least that drift and within 2^-7 of it,
  * and the centroids whose drift exceeds it, at most KMG_FAR_C, go to
  * a->farc.  Every other centroid moved at most tau.  The test runs from k =
- * KMG_FAR_MIN_K, so there are more than KMG_FAR_C centroids.
+ * KMG_FAR_MIN_K (KMG_FAR_MIN_K_WG), so there are more than KMG_FAR_C
+ * centroids.
  */
-static_assert(KMG_FAR_MIN_K > KMG_FAR_C, "more centroids than far ones");
+static_assert(KMG_FAR_MIN_K > KMG_FAR_C && KMG_FAR_MIN_K_WG > KMG_FAR_C, "more centroids than far ones");
 
 __device__ __forceinline__ void
 kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *need, int *nfc)
@@ -180,6 +183,31 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
 		a.bs->tau = tau;
 		a.bs->nfc = *nfc;
 	}
+}
+
+/*
+ * Whether this iteration runs the far test (the drift kernel's last
+ * thread, before it resets the list and the largest drift; dmax1 this
+ * iteration's largest drift).  On the mma.sync screen (B: k >= 5000, a
+ * listed row costs k / KMG_FAR_C tested ones) always.  On the wgmma one
+ * (C: k >= 1024, only eight times a tested row) it pays where many rows
+ * would be listed, and costs more than it saves late in a fit, where few
+ * centroids move and most rows, failing Hamerly's bound by the one
+ * largest drift, would be tested every iteration while few would be
+ * listed (round 19 of kernels/bench/NOTES.md): so while the last iteration
+ * listed more than a fifth of the rows (the first iterations), and where
+ * the largest drift is more than twice the last one (a few centroids
+ * jumped: the iterations where Hamerly's bounds list a fifth to two
+ * fifths of the rows again).  At a run's first iteration the last values
+ * are another run's (no row has bounds yet).  A choice of work only:
+ * either way every label is exact.
+ */
+static __device__ __forceinline__ int
+kmg_bounds_far_now(const kmg_args &a, float dmax1)
+{
+	if (!a.xhwg)
+		return 1;
+	return (int64_t) a.bs->nlist * 5 > a.n || dmax1 > 2.0f * a.bs->dmax1;
 }
 
 /*
@@ -300,6 +328,7 @@ kmg_bounds_drift_kernel(kmg_args a)
 		else
 			m2 = fmaxf(m2, s1[w]);
 	}
+	a.bs->faron = a.frow != NULL && kmg_bounds_far_now(a, m1);
 	a.bs->dmax1 = m1 >= 0.0f ? m1 : 0.0f;
 	a.bs->dmax2 = m2 >= 0.0f ? m2 : 0.0f;	/* k = 1: no other centroid */
 	a.bs->jmax = j1;
@@ -329,7 +358,7 @@ kmg_bounds_rows_kernel(kmg_args a)
 	const float dmax1 = a.bs->dmax1,
 				dmax2 = a.bs->dmax2;
 	const int	jmax = a.bs->jmax;
-	const bool	far = a.frow != NULL;
+	const bool	far = a.frow != NULL && a.bs->faron;
 	const float tau = far ? a.bs->tau : 0.0f;
 
 	for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < nup; i += stride)

@@ -850,9 +850,10 @@ kmg_screen_kernel(kmg_args a, int mode)
 			const int64_t i = B ? (ok ? (int64_t) lrow[e] : 0) : (ok || H ? e : 0);
 
 			xok |= (unsigned) ok << u;
+			/* chunk lq of the row; in the wgmma kernel's layout at lq ^ kmg_sw64 (the far test on its rows) */
 			if (H)
 				xsrc[u] = (const char *) a.Xh + (size_t) ((i / SBM) * ks) * SLICE_BYTES +
-					(i % SBM) * SSLICE + lq * 16;
+					(i % SBM) * SSLICE + (a.xhwg ? lq ^ kmg_sw64((int) (i % SBM)) : lq) * 16;
 			else
 				xsrc[u] = (const char *) (a.X + i * dp + lq * PER16);
 			if (H && !B)
@@ -1928,11 +1929,16 @@ kmg_screen_prepare(const kmg_args *a, int tiles, int cm, int sms, cudaStream_t s
 	return cudaGetLastError();
 }
 
-/* Whether a fit with bounds tests far centroids (the mma.sync screen, k >= KMG_FAR_MIN_K). */
+/*
+ * Whether a fit with bounds tests far centroids: k >= KMG_FAR_MIN_K on the
+ * mma.sync screen, k >= KMG_FAR_MIN_K_WG on the wgmma one (whose rows the
+ * far test reads in that kernel's layout, and only in the iterations where
+ * it pays: bounds.cu's kmg_bounds_far_now).
+ */
 int
 kmg_screen_far_on(int k, int wgmma)
 {
-	return !wgmma && k >= KMG_FAR_MIN_K;
+	return k >= (wgmma ? KMG_FAR_MIN_K_WG : KMG_FAR_MIN_K);
 }
 
 /*

@@ -145,6 +145,7 @@ typedef struct kmg_bstate
 	float		tau;
 	int			nfc;
 	int			nfar;
+	int			faron;			/* this iteration runs the far test (bounds.cu, kmg_bounds_far_now) */
 } kmg_bstate;
 
 /* Statistics of one finished iteration, read back between batches. */
