@@ -133,6 +133,12 @@ def block_work(need, order, rows=128):
     return total
 
 
+def far_spec(v):
+    """m, m@eta, m!, m~ (and after @eta): the far centroids' count and the screen's slack eta."""
+    f = v.rstrip("!~").split("@")
+    return int(f[0]), float(f[1]) if len(f) > 1 else 0.0
+
+
 def main():
     args = [v for v in sys.argv[1:] if not v.startswith("--")]
     moved_tol = "--moved-tol" in sys.argv
@@ -144,8 +150,7 @@ def main():
     spec = args[3].split(",") if len(args) > 3 else ["32"]
     # Mm (or m@eta): the far centroids' count, and the screen's slack eta |x| cmax on squared distances
     ms = [v for v in spec if v[0].isdigit()]
-    mdef = {v: (lambda f: (int(f[0]), float(f[1]) if len(f) > 1 else 0.0))(v.rstrip("!~").split("@"))
-            for v in ms}
+    mdef = {v: far_spec(v) for v in ms}
     mdef["H"] = (0, 0.0)
     gs = [int(v[1:]) for v in spec if v.startswith("Y")]
     ps = [tuple(int(t) for t in (v[1:].split(":") + ["4"])[:2]) for v in spec if v.startswith("P")]
