@@ -186,9 +186,11 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
 }
 
 /*
- * Whether this iteration runs the far test (the drift kernel's last
- * thread, before it resets the list and the largest drift; dmax1 this
- * iteration's largest drift).  On the mma.sync screen (B: k >= 5000, a
+ * Whether this iteration runs the far test (thread 0 of the drift
+ * kernel's last block, before the far select, which runs only where this
+ * says so, and before the list and the largest drift are reset; dmax1
+ * this iteration's largest drift).  Off, neither the select nor the far
+ * operand's prepare does any work (the test's kernel finds no rows).  On the mma.sync screen (B: k >= 5000, a
  * listed row costs k / KMG_FAR_C tested ones) always.  On the wgmma one
  * (C: k >= 1024, only eight times a tested row) it pays where many rows
  * would be listed, and costs more than it saves late in a fit, where few
@@ -227,7 +229,8 @@ kmg_bounds_drift_kernel(kmg_args a)
 	__shared__ unsigned s_hist[256];
 	__shared__ unsigned s_prefix;
 	__shared__ int s_need,
-				s_nfc;
+				s_nfc,
+				s_faron;
 	const int	lane = threadIdx.x & 31;
 	const int	warp = threadIdx.x >> 5;
 	const int	gw = (int) ((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
@@ -309,26 +312,32 @@ kmg_bounds_drift_kernel(kmg_args a)
 		s2[warp] = m2;
 		sj[warp] = j1;
 	}
-	if (a.frow != NULL)
-		kmg_bounds_far_select(a, s_hist, &s_prefix, &s_need, &s_nfc);
 	__syncthreads();
+	if (threadIdx.x == 0)
+	{
+		m1 = s1[0];
+		m2 = s2[0];
+		j1 = sj[0];
+		for (int w = 1; w < KMG_BD_NT / 32; w++)
+		{
+			if (s1[w] > m1 || (s1[w] == m1 && sj[w] < j1))
+			{
+				m2 = fmaxf(m1, s2[w]);
+				m1 = s1[w];
+				j1 = sj[w];
+			}
+			else
+				m2 = fmaxf(m2, s1[w]);
+		}
+		s_faron = a.frow != NULL && kmg_bounds_far_now(a, m1);
+	}
+	__syncthreads();
+	/* the far set only where the test runs (off, nothing reads tau, nfc or farc) */
+	if (s_faron)
+		kmg_bounds_far_select(a, s_hist, &s_prefix, &s_need, &s_nfc);
 	if (threadIdx.x != 0)
 		return;
-	m1 = s1[0];
-	m2 = s2[0];
-	j1 = sj[0];
-	for (int w = 1; w < KMG_BD_NT / 32; w++)
-	{
-		if (s1[w] > m1 || (s1[w] == m1 && sj[w] < j1))
-		{
-			m2 = fmaxf(m1, s2[w]);
-			m1 = s1[w];
-			j1 = sj[w];
-		}
-		else
-			m2 = fmaxf(m2, s1[w]);
-	}
-	a.bs->faron = a.frow != NULL && kmg_bounds_far_now(a, m1);
+	a.bs->faron = s_faron;
 	a.bs->dmax1 = m1 >= 0.0f ? m1 : 0.0f;
 	a.bs->dmax2 = m2 >= 0.0f ? m2 : 0.0f;	/* k = 1: no other centroid */
 	a.bs->jmax = j1;

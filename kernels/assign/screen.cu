@@ -1780,6 +1780,9 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 	const float tau = ok ? ldexpf(-2.0f, 13 - ce) : -2.0f;
 	const float S = ok ? ldexpf(1.0f, km_screen16_sexp(a.xexp, ce)) : 1.0f;
 
+	/* FAR: nothing to prepare in an iteration without the test (kmg_bounds_far_now) */
+	if (FAR && !a.bs->faron)
+		return;
 	for (int64_t e = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; e < nv + rows; e += stride)
 	{
 		if (e < nv)
