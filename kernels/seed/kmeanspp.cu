@@ -62,6 +62,7 @@
 #define KMG_PP_DENSE_FRAC 0.06	/* unpruned share above which units go dense */
 #define KMG_PP_DENSE_UNITS 16
 #define KMG_PP_RS 36			/* floats per row of a dense stage (32 + pad) */
+#define KMG_PP_EB 4				/* list entries a lane of the last block asks for at once */
 #ifndef KMG_PP_XB
 #define KMG_PP_XB 2			/* filter: float4 loads a thread issues at once for the pairs */
 #endif
@@ -103,6 +104,17 @@ typedef struct kmg_pp_acc
 	unsigned int ticket;
 	unsigned int qmax_bits;
 } kmg_pp_acc;
+
+/* What the last block reads of kmg_pp_acc, asked for at once by its threads, in shared memory. */
+typedef struct kmg_pp_accv
+{
+	unsigned long long pot[KMG_PP_LMAX + 1];
+	unsigned long long pairs;
+	int			lcount[KMG_PP_LMAX];
+	unsigned int qmax_bits;
+} kmg_pp_accv;
+
+static_assert(2 * KMG_PP_LMAX + 3 <= KMG_PP_NT, "a thread for each word of kmg_pp_accv");
 
 /* A block's smallest keys (SELECT units). */
 typedef struct kmg_pp_part
@@ -1043,36 +1055,40 @@ kmg_pp_merge_select(int tid, int lane, int warp, const kmg_pp_args &a, int L, un
  */
 __device__ __forceinline__ int
 kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st, int s,
-			int L, int &s_row, int &s_win, int &s_ok, double *newkey, int *newrow)
+			int L, const kmg_pp_accv &av, int &s_row, int &s_win, int &s_ok, double *newkey, int *newrow)
 {
 	int			nnew = 0;
 
-	/* EVAL: the lowest potential wins (ties: the earlier candidate) */
-	if (tid == 0)
+	/* EVAL: the lowest potential wins (ties: the earlier candidate); av holds them all */
+	if (warp == 0)
 	{
-		int			best = 0;
-		unsigned long long bp = __ldcg(&a.acc->pot[1]);
+		unsigned long long bp = lane < st.ncand ? av.pot[1 + lane] : ~0ull;
+		int			best = lane < st.ncand ? lane : INT_MAX;
 
-		for (int l = 1; l < st.ncand; l++)
+		for (int o = 16; o > 0; o >>= 1)
 		{
-			const unsigned long long p = __ldcg(&a.acc->pot[1 + l]);
+			const unsigned long long op = __shfl_xor_sync(0xffffffffu, bp, o);
+			const int	ob = __shfl_xor_sync(0xffffffffu, best, o);
 
-			if (p < bp)
+			if (op < bp || (op == bp && ob < best))
 			{
-				bp = p;
-				best = l;
+				bp = op;
+				best = ob;
 			}
 		}
-		s_win = best;
-		s_row = st.cand[best];
-		s_ok = 0;
+		if (lane == 0)
+		{
+			s_win = best;
+			s_row = st.cand[best];
+			s_ok = 0;
+		}
 	}
 	__syncthreads();
 	if (s + 1 < a.k && warp == 0)
 	{
 		/* the next candidates: the L smallest of the winner's list, all under tau */
 		const int	win = s_win;
-		const int	cnt = __ldcg(&a.acc->lcount[win]);
+		const int	cnt = av.lcount[win];
 
 		if (cnt <= KMG_PP_CAP && cnt >= L)
 		{
@@ -1082,23 +1098,41 @@ kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_stat
 						head = 0;
 			int			good = 1;
 
-			for (int j = lane; j < cnt; j += 32)
+			/* KMG_PP_EB entries a lane asked for at once (a list of 16 L rows expected: one round trip) */
+			for (int j0 = 0; j0 < cnt; j0 += 32 * KMG_PP_EB)
 			{
-				const double key = __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j);
-				const int	row = __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j);
+				double		kb[KMG_PP_EB];
+				int			rb[KMG_PP_EB];
 
-				if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
+#pragma unroll
+				for (int u = 0; u < KMG_PP_EB; u++)
 				{
-					int			p = mc < L ? mc++ : L - 1;
+					const int	j = j0 + 32 * u + lane;
 
-					while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
+					kb[u] = j < cnt ? __ldcg(a.lkey + (size_t) win * KMG_PP_CAP + j) : INFINITY;
+					rb[u] = j < cnt ? __ldcg(a.lrow + (size_t) win * KMG_PP_CAP + j) : INT_MAX;
+				}
+#pragma unroll
+				for (int u = 0; u < KMG_PP_EB; u++)
+				{
+					const double key = kb[u];
+					const int	row = rb[u];
+
+					if (row == INT_MAX)
+						continue;
+					if (mc < L || kmg_before(key, row, mk[L - 1], mr[L - 1]))
 					{
-						mk[p] = mk[p - 1];
-						mr[p] = mr[p - 1];
-						p--;
+						int			p = mc < L ? mc++ : L - 1;
+
+						while (p > 0 && kmg_before(key, row, mk[p - 1], mr[p - 1]))
+						{
+							mk[p] = mk[p - 1];
+							mr[p] = mr[p - 1];
+							p--;
+						}
+						mk[p] = key;
+						mr[p] = row;
 					}
-					mk[p] = key;
-					mr[p] = row;
 				}
 			}
 			for (int l = 0; l < L; l++)
@@ -1122,6 +1156,15 @@ kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_stat
 				s_ok = good;
 		}
 	}
+	else if (warp > 0)
+	{
+		/* meanwhile the other warps: the winner's row becomes centroid s */
+		const float *x = a.X + (size_t) s_row * a.dp;
+		float	   *c = a.C + (size_t) s * a.dp;
+
+		for (int i = tid - 32; i < a.dp; i += KMG_PP_NT - 32)
+			c[i] = __ldg(x + i);
+	}
 	__syncthreads();
 	nnew = s_ok ? L : 0;
 	return nnew;
@@ -1135,10 +1178,10 @@ kmg_pp_eval(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_stat
 __device__ __forceinline__ void
 kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_filter,
 				  unsigned int cmask, int64_t n, int s, int L, int nnew, int s_row, int s_win,
-				  const double *newkey, const int *newrow)
+				  const double *newkey, const int *newrow, const kmg_pp_accv &av)
 {
 	kmg_pp_state *o = &st;
-	const unsigned long long pairs = __ldcg(&a.acc->pairs);
+	const unsigned long long pairs = av.pairs;
 
 	/* the filter's bookkeeping (does not change any result) */
 	if (use_filter)
@@ -1172,10 +1215,10 @@ kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_fi
 	}
 	else if (select)
 	{
-		const unsigned long long p0 = __ldcg(&a.acc->pot[0]);
+		const unsigned long long p0 = av.pot[0];
 
 		if (st.first)
-			o->qmax = __uint_as_float(__ldcg(&a.acc->qmax_bits));
+			o->qmax = __uint_as_float(av.qmax_bits);
 		else
 			o->h.selects++;
 		o->first = 0;
@@ -1192,7 +1235,7 @@ kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_fi
 	}
 	else
 	{
-		const unsigned long long pw = __ldcg(&a.acc->pot[1 + s_win]);
+		const unsigned long long pw = av.pot[1 + s_win];
 
 		o->h.s = s + 1;
 		o->prev = s_row;
@@ -1332,21 +1375,32 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		__shared__ int s_ok;
 		__shared__ int newrow[KMG_PP_LMAX];
 		__shared__ double newkey[KMG_PP_LMAX];
+		__shared__ kmg_pp_accv av;
 		const int	s = st.h.s;
 		const int	L = a.L;
 		int			nnew = 0;
 
+		/* what the blocks added up, every word asked for at once */
+		if (tid <= KMG_PP_LMAX)
+			av.pot[tid] = __ldcg(&a.acc->pot[tid]);
+		else if (tid < 2 * KMG_PP_LMAX + 1)
+			av.lcount[tid - KMG_PP_LMAX - 1] = __ldcg(&a.acc->lcount[tid - KMG_PP_LMAX - 1]);
+		else if (tid == 2 * KMG_PP_LMAX + 1)
+			av.pairs = __ldcg(&a.acc->pairs);
+		else if (tid == 2 * KMG_PP_LMAX + 2)
+			av.qmax_bits = __ldcg(&a.acc->qmax_bits);
+		__syncthreads();
 		if (st.nod2)
 			kmg_pp_first_row(tid, a, s_row);
 		else if (select)
 			nnew = kmg_pp_merge_select(tid, lane, warp, a, L, smem, skey, srow, wsum, newkey,
 									   newrow);
 		else
-			nnew = kmg_pp_eval(tid, lane, warp, a, st, s, L, s_row, s_win, s_ok, newkey, newrow);
+			nnew = kmg_pp_eval(tid, lane, warp, a, st, s, L, av, s_row, s_win, s_ok, newkey, newrow);
 		__syncthreads();
 
-		/* the chosen row becomes centroid s (step 0 and EVAL units) */
-		if (st.nod2 || !select)
+		/* the chosen row becomes centroid s (step 0; EVAL units copied it in kmg_pp_eval) */
+		if (st.nod2)
 		{
 			const float *x = a.X + (size_t) s_row * dp;
 			float	   *c = a.C + (size_t) s * dp;
@@ -1357,7 +1411,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 
 		if (tid == 0)
 			kmg_pp_next_state(a, st, select, use_filter, cmask, n, s, L, nnew, s_row, s_win,
-							  newkey, newrow);
+							  newkey, newrow, av);
 		__syncthreads();
 		for (int i = tid; i < (int) (sizeof(kmg_pp_state) / sizeof(int)); i += KMG_PP_NT)
 			reinterpret_cast<int *>(a.state)[i] = reinterpret_cast<const int *>(&st)[i];
