@@ -190,10 +190,10 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
  * kernel's last block, before the far select, which runs only where this
  * says so, and before the list and the largest drift are reset; dmax1
  * this iteration's largest drift).  Off, neither the select nor the far
- * operand's prepare does any work (the test's kernel finds no rows).  On the mma.sync screen (B: k >= 5000, a
- * listed row costs k / KMG_FAR_C tested ones) always.  On the wgmma one
- * (C: k >= 1024, only eight times a tested row) it pays where many rows
- * would be listed, and costs more than it saves late in a fit, where few
+ * operand's prepare does any work (the test's kernel finds no rows).  On
+ * the mma.sync screen (B: k >= 5000, a listed row costs k / KMG_FAR_C
+ * tested ones) always.  On the wgmma one (C: k >= 1024, only eight
+ * times a tested row) it pays where many rows would be listed, and costs more than it saves late in a fit, where few
  * centroids move and most rows, failing Hamerly's bound by the one
  * largest drift, would be tested every iteration while few would be
  * listed (round 19 of kernels/bench/NOTES.md): so while the last iteration
