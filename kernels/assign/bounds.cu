@@ -193,16 +193,17 @@ kmg_bounds_far_select(const kmg_args &a, unsigned *hist, unsigned *prefix, int *
  * operand's prepare does any work (the test's kernel finds no rows).  On
  * the mma.sync screen (B: k >= 5000, a listed row costs k / KMG_FAR_C
  * tested ones) always.  On the wgmma one (C: k >= 1024, only eight
- * times a tested row) it pays where many rows would be listed, and costs more than it saves late in a fit, where few
- * centroids move and most rows, failing Hamerly's bound by the one
- * largest drift, would be tested every iteration while few would be
- * listed (round 19 of kernels/bench/NOTES.md): so while the last iteration
- * listed more than a fifth of the rows (the first iterations), and where
- * the largest drift is more than twice the last one (a few centroids
- * jumped: the iterations where Hamerly's bounds list a fifth to two
- * fifths of the rows again).  At a run's first iteration the last values
- * are another run's (no row has bounds yet).  A choice of work only:
- * either way every label is exact.
+ * times a tested row) it pays where many rows would be listed, and costs
+ * more than it saves late in a fit, where few centroids move and most
+ * rows, failing Hamerly's bound by the one largest drift, would be tested
+ * every iteration while few would be listed (round 19 of
+ * kernels/bench/NOTES.md): so while the last iteration listed more than a
+ * fifth of the rows (the first iterations), and where the largest drift
+ * is more than twice the last one (a few centroids jumped: the iterations
+ * where Hamerly's bounds list a fifth to two fifths of the rows again).
+ * At a run's first iteration the last values are another run's (no row
+ * has bounds yet).  A choice of work only: either way every label is
+ * exact.
  */
 static __device__ __forceinline__ int
 kmg_bounds_far_now(const kmg_args &a, float dmax1)

@@ -1767,6 +1767,11 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 {
 	typedef typename kmg_sfmt<H>::T T;
 	constexpr int SBK = SSLICE / (int) sizeof(T);
+
+	/* FAR: nothing to prepare in an iteration without the test (kmg_bounds_far_now) */
+	if (FAR && !a.bs->faron)
+		return;
+
 	const int	ks = (a.dp + SBK - 1) / SBK;
 	const int64_t stride = (int64_t) gridDim.x * blockDim.x;
 	const int64_t nv = (int64_t) tiles * ks * SBN * SBK;
@@ -1780,9 +1785,6 @@ kmg_screen_prepare_kernel(kmg_args a, int tiles, int cm)
 	const float tau = ok ? ldexpf(-2.0f, 13 - ce) : -2.0f;
 	const float S = ok ? ldexpf(1.0f, km_screen16_sexp(a.xexp, ce)) : 1.0f;
 
-	/* FAR: nothing to prepare in an iteration without the test (kmg_bounds_far_now) */
-	if (FAR && !a.bs->faron)
-		return;
 	for (int64_t e = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; e < nv + rows; e += stride)
 	{
 		if (e < nv)
