@@ -80,15 +80,6 @@ static_assert(KMG_BYTES_DPMAX % 16 == 0 && KMG_BYTES_DPMAX <= 32 * 32,
 
 /* ---- small device pieces ---- */
 
-/* c += a b: m16n8k32, unsigned bytes, int32 accumulators */
-static __device__ __forceinline__ void
-kmg_mma_u8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-				 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Shared memory of one block (bytes from the start), for row stride xbs. */
 typedef struct kmg_bytes_layout
 {

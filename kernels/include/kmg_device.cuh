@@ -12,7 +12,8 @@
  *	  prefetches into L2 (kmg_prefetch_l2), and sm_90's bulk copies that
  *	  signal a shared-memory barrier (kmg_mbar_init, kmg_mbar_expect,
  *	  kmg_bulk_copy, kmg_mbar_wait, kmg_fence_proxy_async; kmg_smem_addr);
- *	- tensor-core fragments from shared memory (kmg_ldsm4);
+ *	- tensor-core fragments from shared memory (kmg_ldsm4) and the integer
+ *	  mma (kmg_mma_u8, kmg_mma_s8);
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
@@ -336,6 +337,24 @@ kmg_ldsm4(uint32_t *r, unsigned a)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 				 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* c += a b: m16n8k32, unsigned bytes, int32 accumulators (exact) */
+__device__ __forceinline__ void
+kmg_mma_u8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+				 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c += a b: m16n8k32, signed bytes, int32 accumulators (exact) */
+__device__ __forceinline__ void
+kmg_mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+				 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+				 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* ---- argmin: the smaller cost, ties to the lower index ---- */

@@ -98,7 +98,7 @@ typedef struct kmg_pp_state
 /* What the blocks of a unit add up; the last block reads and clears it. */
 typedef struct kmg_pp_acc
 {
-	unsigned long long pot[KMG_PP_LMAX + 1];	/* [0]: sum w D2; [1 + l]: candidate l */
+	unsigned long long pot[KMG_PP_LMAX + 1];	/* [0]: sum w D2; [1 + l]: candidate l's change from it */
 	unsigned long long pairs;	/* exact distances of a filtered unit */
 	int			lcount[KMG_PP_LMAX];
 	unsigned int ticket;
@@ -267,7 +267,9 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 		if (d2n != d2o)
 			a.d2[r] = d2n;
 	}
-	t.pot[0] += kmg_pp_term_dev(w, d2n, st);
+	const unsigned long long term0 = kmg_pp_term_dev(w, d2n, st);
+
+	t.pot[0] += term0;
 	if (select)
 	{
 		const double key = km_sample_key(h, stream, (double) w * (double) d2n);
@@ -298,12 +300,19 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	{
 		float		m[LB];
 
+		/*
+		 * Candidate l's potential is pot[0] plus the row's change where d
+		 * to l is below D2 (rare once a few seeds are in): only those
+		 * terms are computed, their differences added modulo 2^64 (exact,
+		 * the total is below 2^62), and the last block adds pot[0].
+		 */
 #pragma unroll
 		for (int l = 0; l < LB; l++)
 			if (l < st.ncand)
 			{
 				m[l] = dist[1 + l] < d2n ? dist[1 + l] : d2n;
-				t.pot[1 + l] += kmg_pp_term_dev(w, m[l], st);
+				if (dist[1 + l] < d2n)
+					t.pot[1 + l] += kmg_pp_term_dev(w, m[l], st) - term0;
 			}
 		if (keys_next)
 		{
@@ -367,7 +376,7 @@ kmg_pp_smem_bytes(int lb, int dp, int dq)
 
 	if (dq > 0)
 		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * (dp + 4) * sizeof(float) +
-			(size_t) nc * dq + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
+			(size_t) nc * (dq + 16) + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
 	/* the last block reuses it for the merge's heads (one int a block: kmg_pp_prepare) */
 	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 64;
 }
@@ -508,45 +517,101 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
 }
 
 /*
- * The filter's bound for one row of a tile against every column: the int8
- * dot products (dp4a) with the columns' shadow rows, then the columns
- * where S |x - c| >= sqrt(Dq) - (r_x + r_c) cannot put d above D2; returns
- * the mask of those (the pairs that must be computed exactly).
+ * The int8 dot products of a warp's 32 rows of the tile (tq: the staged
+ * tile, rows qs bytes apart) with every column's shadow row (colq, rows qs
+ * bytes apart), on the tensor cores: m16n8k32, two m-tiles of rows by the
+ * column n-tiles, int32 accumulators (exact, as dp4a's were: |dot| <=
+ * 127^2 dq).  Row i's dot with column c goes to dots[i DS + c] (DS odd:
+ * the row's reads are conflict-free); the warp syncs before it returns.
+ * Columns past NC (an n-tile's tail) read column NC - 1 again and are
+ * dropped; inactive columns are zeros and tested by no one.
+ */
+template <int LB>
+__device__ __forceinline__ void
+kmg_pp_tile_dots(int lane, int warp, const signed char *tq, const signed char *colq, int qs,
+				 int dq, int *dots)
+{
+	constexpr int NC = LB + 1;
+	constexpr int NN = (NC + 7) / 8;	/* n-tiles of columns */
+	constexpr int DS = NC | 1;
+	int			acc[2][NN][4];
+	/* ldmatrix: lane l gives row l % 8 of matrix l / 8 */
+	const int	q = lane >> 3,
+				rr = lane & 7;
+	const unsigned xa = kmg_smem_addr(tq + (size_t) (32 * warp + rr + 8 * (q & 1)) * qs + 16 * (q >> 1));
+	unsigned	cb[(NN + 1) / 2];	/* n-tiles 2 p, 2 p + 1: matrices (lo, hi bytes) of each */
+
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int j = 0; j < NN; j++)
+			acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0;
+#pragma unroll
+	for (int pj = 0; pj < (NN + 1) / 2; pj++)
+	{
+		const int	c = 8 * (2 * pj + (q >> 1)) + rr;
+
+		cb[pj] = kmg_smem_addr(colq + (size_t) (c < NC ? c : NC - 1) * qs + 16 * (q & 1));
+	}
+#pragma unroll 2
+	for (int ks = 0; ks < (dq >> 5); ks++)
+	{
+		uint32_t	a0[4],
+					a1[4];
+
+		kmg_ldsm4(a0, xa + 32 * ks);
+		kmg_ldsm4(a1, xa + 16 * qs + 32 * ks);
+#pragma unroll
+		for (int pj = 0; pj < (NN + 1) / 2; pj++)
+		{
+			uint32_t	bf[4];
+
+			kmg_ldsm4(bf, cb[pj] + 32 * ks);
+			kmg_mma_s8(acc[0][2 * pj], a0, bf[0], bf[1]);
+			kmg_mma_s8(acc[1][2 * pj], a1, bf[0], bf[1]);
+			if (2 * pj + 1 < NN)
+			{
+				kmg_mma_s8(acc[0][2 * pj + 1], a0, bf[2], bf[3]);
+				kmg_mma_s8(acc[1][2 * pj + 1], a1, bf[2], bf[3]);
+			}
+		}
+	}
+	/* fragment e of (m, j): row 16 m + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2 */
+	{
+		int		   *wd = dots + 32 * warp * DS;
+
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int j = 0; j < NN; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+				{
+					const int	row = 16 * m + (lane >> 2) + 8 * (e >> 1),
+								col = 8 * j + 2 * (lane & 3) + (e & 1);
+
+					if (col < NC)
+						wd[row * DS + col] = acc[m][j][e];
+				}
+	}
+	__syncwarp();
+}
+
+/*
+ * The filter's bound for one row of a tile against every column, from
+ * the row's int8 dot products with the columns' shadow rows (dot, from
+ * kmg_pp_tile_dots): the columns where S |x - c| >= sqrt(Dq) - (r_x +
+ * r_c) cannot put d above D2; returns the mask of those (the pairs that
+ * must be computed exactly).
  */
 template <int LB>
 __device__ __forceinline__ unsigned int
-kmg_pp_tile_bounds(const kmg_pp_state &st, const signed char *xq, const signed char *colq,
-				   const int *cqn, const float *cqr, int dq, int nq, unsigned int cmask, float S,
-				   bool live, float wt, float d2o, int qx, float rx)
+kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int *cqn, const float *cqr,
+				   unsigned int cmask, float S, bool live, float wt, float d2o, int qx, float rx)
 {
 	constexpr int NC = LB + 1;
-	int			dot[NC];
 	unsigned int mask = 0;
 
-#pragma unroll
-	for (int c = 0; c < NC; c++)
-		dot[c] = 0;
-	/*
-	 * Every column, active or not (an inactive one is zeros and its
-	 * test is skipped below): no branch in the loop, so the NC
-	 * chains of dp4a interleave.
-	 */
-#pragma unroll 1
-	for (int u = 0; u < nq; u++)
-	{
-		const int4	x = *reinterpret_cast<const int4 *>(xq + 16 * u);
-
-#pragma unroll
-		for (int c = 0; c < NC; c++)
-		{
-			const int4	cv = *reinterpret_cast<const int4 *>(colq + c * dq + 16 * u);
-
-			dot[c] = __dp4a(x.x, cv.x, dot[c]);
-			dot[c] = __dp4a(x.y, cv.y, dot[c]);
-			dot[c] = __dp4a(x.z, cv.z, dot[c]);
-			dot[c] = __dp4a(x.w, cv.w, dot[c]);
-		}
-	}
 	if (live && wt > 0.0f)
 	{
 		/*
@@ -581,7 +646,7 @@ template <int LB>
 __device__ __forceinline__ int
 kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t tile,
 				  unsigned int mask, int *wsum, int *ids, float *res, float *xs, const float *colf,
-				  int cs, int dp, int &total_out)
+				  int cs, int dp, int p_0, int g_0, int p_step, int g_step, int &total_out)
 {
 	constexpr int NC = LB + 1;
 	const int	cnt = __popc(mask);
@@ -619,7 +684,14 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 		const int	np = total - p0 < 32 ? total - p0 : 32;
 		const int	items = np * g4;
 
-		/* the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight */
+		/*
+		 * the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight;
+		 * item it = b + u NT + tid is float4 ig of pair ip, it = ip g4 + ig,
+		 * stepped without a division (p_0, g_0: tid's; NT = p_step g4 + g_step)
+		 */
+		int			ip = p_0,
+					ig = g_0;
+
 		for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
 		{
 			float4		v[KMG_PP_XB];
@@ -633,12 +705,17 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 				at[u] = -1;
 				if (it < items)
 				{
-					const int	p = it / g4,
-								g = it - p * g4;
-					const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + p] >> 5);
+					const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + ip] >> 5);
 
-					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + g);
-					at[u] = p * cs + 4 * g;
+					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + ig);
+					at[u] = ip * cs + 4 * ig;
+				}
+				ip += p_step;
+				ig += g_step;
+				if (ig >= g4)
+				{
+					ig -= g4;
+					ip++;
 				}
 			}
 #pragma unroll
@@ -703,24 +780,49 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 	const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
 	signed char *qring = reinterpret_cast<signed char *>(smem);
 	float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
-	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);
-	int		   *ids = reinterpret_cast<int *>(colq + NC * dq);
+	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);	/* rows qs bytes apart */
+	int		   *ids = reinterpret_cast<int *>(colq + NC * qs);
 	float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
+	int		   *dots = ids;		/* the tile's dots (NT x (NC | 1)) until its pairs are listed */
 	const float S = st.qscale;
+	/* the pairs' float4 items (kmg_pp_tile_pairs): tid's first, and the step by NT */
+	const int	g4 = dp >> 2;
+	const int	x_p0 = tid / g4,
+				x_g0 = tid - x_p0 * g4,
+				x_pstep = KMG_PP_NT / g4,
+				x_gstep = KMG_PP_NT - x_pstep * g4;
+
+	/*
+	 * A tile's shadow rows are contiguous: chunk c (16 bytes) of the tile
+	 * is row c / nq's chunk c % nq, staged at 16 (c + c / nq) (rows qs
+	 * bytes apart).  A thread's chunks are tid + NT j; c / nq steps by
+	 * NT / nq, plus one where c % nq wraps (no division in the loop).
+	 */
+	const int	c_i0 = tid / nq,
+				c_q0 = tid - c_i0 * nq,
+				c_di = KMG_PP_NT / nq,
+				c_dq = KMG_PP_NT - c_di * nq;
 
 	auto stage = [&](int64_t ti) {
 		const int64_t tile = blockIdx.x + ti * gridDim.x;
+		const int64_t left = n - tile * KMG_PP_NT;	/* rows of this tile: i < left */
 		signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
+		const signed char *src = a.q8 + (size_t) tile * KMG_PP_NT * dq;
+		int			i = c_i0,
+					q = c_q0;
 
 		for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
 		{
-			const int	i = c / nq,
-						q = c - i * nq;
-			const int64_t r = tile * KMG_PP_NT + i;
-			const bool	ok = r < n;
+			const bool	ok = i < left;
 
-			kmg_cp16_zfill(dst + i * qs + 16 * q, ok ? a.q8 + (size_t) r * dq + 16 * q : a.q8,
-						ok ? 16 : 0);
+			kmg_cp16_zfill(dst + 16 * (c + i), ok ? src + 16 * (size_t) c : a.q8, ok ? 16 : 0);
+			i += c_di;
+			q += c_dq;
+			if (q >= nq)
+			{
+				q -= nq;
+				i++;
+			}
 		}
 	};
 
@@ -740,7 +842,7 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 					g = i - c * (dq / 16);
 		const bool	ok = (cmask >> c) & 1u;
 
-		kmg_cp16_zfill(colq + c * dq + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
+		kmg_cp16_zfill(colq + c * qs + 16 * g, ok ? a.q8 + (size_t) colrow[c] * dq + 16 * g : a.q8,
 					ok ? 16 : 0);
 	}
 	if (tid < NC)
@@ -756,7 +858,6 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 		const int64_t tile = blockIdx.x + ti * gridDim.x;
 		const int64_t r = tile * KMG_PP_NT + tid;
 		const bool	live = r < n;
-		const signed char *xq = qring + (ti & 1) * (KMG_PP_NT * qs) + tid * qs;
 		float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
 		float		wt = 0.0f,
 					d2o = 0.0f,
@@ -777,8 +878,9 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 		kmg_cp16_commit();
 		kmg_cp16_wait<1>();
 		__syncthreads();
-		mask = kmg_pp_tile_bounds<LB>(st, xq, colq, cqn, cqr, dq, nq, cmask, S, live, wt, d2o, qx,
-									  rx);
+		kmg_pp_tile_dots<LB>(lane, warp, qring + (ti & 1) * (KMG_PP_NT * qs), colq, qs, dq, dots);
+		mask = kmg_pp_tile_bounds<LB>(st, dots + tid * (NC | 1), cqn, cqr, cmask, S, live, wt, d2o,
+									  qx, rx);
 		if (live && (select || keys_next))
 			h = __ldg(a.hashes + r);	/* arrives under the pairs */
 		__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
@@ -787,7 +889,8 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 		{
 			int			total;
 			const int	o0 = kmg_pp_tile_pairs<LB>(tid, lane, warp, a, tile, mask, wsum, ids, res,
-												   xs, colf, cs, dp, total);
+												   xs, colf, cs, dp, x_p0, x_g0, x_pstep,
+												   x_gstep, total);
 
 			t.pairs += tid == 0 ? (unsigned int) total : 0u;
 			__syncthreads();
@@ -1381,8 +1484,10 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		int			nnew = 0;
 
 		/* what the blocks added up, every word asked for at once */
-		if (tid <= KMG_PP_LMAX)
-			av.pot[tid] = __ldcg(&a.acc->pot[tid]);
+		if (tid == 0)
+			av.pot[0] = __ldcg(&a.acc->pot[0]);
+		else if (tid <= KMG_PP_LMAX)	/* candidate tid - 1: pot[0] and its change (kmg_pp_row) */
+			av.pot[tid] = __ldcg(&a.acc->pot[0]) + __ldcg(&a.acc->pot[tid]);
 		else if (tid < 2 * KMG_PP_LMAX + 1)
 			av.lcount[tid - KMG_PP_LMAX - 1] = __ldcg(&a.acc->lcount[tid - KMG_PP_LMAX - 1]);
 		else if (tid == 2 * KMG_PP_LMAX + 1)
