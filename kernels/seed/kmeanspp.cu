@@ -235,7 +235,7 @@ struct kmg_pp_thr
 /*
  * The end of one row (both pipelines): dist[0] = d to prev, dist[1 + l] = d
  * to candidate l (+inf where the filter proved d >= D2, which gives the same
- * minima).  w, d2o (D2 before this unit) and h (the row's hash, needed at
+ * minima, and for inactive columns).  w, d2o (D2 before this unit) and h (the row's hash, needed at
  * step 0, in SELECT units and for the next keys) come from the caller, which
  * can load them early.
  */
@@ -298,22 +298,23 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 	}
 
 	{
-		float		m[LB];
-
 		/*
 		 * Candidate l's potential is pot[0] plus the row's change where d
 		 * to l is below D2 (rare once a few seeds are in): only those
 		 * terms are computed, their differences added modulo 2^64 (exact,
 		 * the total is below 2^62), and the last block adds pot[0].
+		 * Candidates past ncand have d = +inf.
 		 */
+		unsigned int low = 0;	/* candidates closer than D2 */
+
 #pragma unroll
 		for (int l = 0; l < LB; l++)
-			if (l < st.ncand)
-			{
-				m[l] = dist[1 + l] < d2n ? dist[1 + l] : d2n;
-				if (dist[1 + l] < d2n)
-					t.pot[1 + l] += kmg_pp_term_dev(w, m[l], st) - term0;
-			}
+			low |= (dist[1 + l] < d2n ? 1u : 0u) << l;
+		if (low != 0u)
+#pragma unroll
+			for (int l = 0; l < LB; l++)
+				if ((low >> l) & 1u)
+					t.pot[1 + l] += kmg_pp_term_dev(w, dist[1 + l], st) - term0;
 		if (keys_next)
 		{
 			const double u = km_uniform(h, stream);
@@ -330,7 +331,8 @@ kmg_pp_row(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys_ne
 				for (int l = 0; l < LB; l++)
 					if (l < st.ncand)
 					{
-						const double key = km_sample_key(h, stream, (double) w * (double) m[l]);
+						const float m = (low >> l) & 1u ? dist[1 + l] : d2n;
+						const double key = km_sample_key(h, stream, (double) w * (double) m);
 
 						if (key < st.tau)
 						{
@@ -509,7 +511,8 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
 
 #pragma unroll
 			for (int c = 0; c < NC; c++)
-				dist[c] = kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+				dist[c] = ((cmask >> c) & 1u) ? kmg_pp_join(acc[c][0], acc[c][1], acc[c][2], acc[c][3])
+					: INFINITY;
 			kmg_pp_row_ld<LB>(a, st, select, keys_next, stream, r, dist, t, lk, lr);
 		}
 	}
@@ -517,19 +520,19 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
 }
 
 /*
- * The int8 dot products of a warp's 32 rows of the tile (tq: the staged
- * tile, rows qs bytes apart) with every column's shadow row (colq, rows qs
- * bytes apart), on the tensor cores: m16n8k32, two m-tiles of rows by the
- * column n-tiles, int32 accumulators (exact, as dp4a's were: |dot| <=
- * 127^2 dq).  Row i's dot with column c goes to dots[i DS + c] (DS odd:
- * the row's reads are conflict-free); the warp syncs before it returns.
+ * The int8 dot products of a warp's 32 staged rows (wq, qs bytes apart)
+ * with every column's shadow row (colq, rows qs bytes apart), on the
+ * tensor cores: m16n8k32, two m-tiles of rows by the column n-tiles,
+ * int32 accumulators (exact, as dp4a's were: |dot| <= 127^2 dq).  Row
+ * i's dot with column c goes to wd[i DS + c] (DS odd: a row's reads are
+ * conflict-free); the warp syncs before it returns.
  * Columns past NC (an n-tile's tail) read column NC - 1 again and are
  * dropped; inactive columns are zeros and tested by no one.
  */
 template <int LB>
 __device__ __forceinline__ void
-kmg_pp_tile_dots(int lane, int warp, const signed char *tq, const signed char *colq, int qs,
-				 int dq, int *dots)
+kmg_pp_tile_dots(int lane, const signed char *wq, const signed char *colq, int qs, int dq,
+				 int *wd)
 {
 	constexpr int NC = LB + 1;
 	constexpr int NN = (NC + 7) / 8;	/* n-tiles of columns */
@@ -538,7 +541,7 @@ kmg_pp_tile_dots(int lane, int warp, const signed char *tq, const signed char *c
 	/* ldmatrix: lane l gives row l % 8 of matrix l / 8 */
 	const int	q = lane >> 3,
 				rr = lane & 7;
-	const unsigned xa = kmg_smem_addr(tq + (size_t) (32 * warp + rr + 8 * (q & 1)) * qs + 16 * (q >> 1));
+	const unsigned xa = kmg_smem_addr(wq + (size_t) (rr + 8 * (q & 1)) * qs + 16 * (q >> 1));
 	unsigned	cb[(NN + 1) / 2];	/* n-tiles 2 p, 2 p + 1: matrices (lo, hi bytes) of each */
 
 #pragma unroll
@@ -577,23 +580,19 @@ kmg_pp_tile_dots(int lane, int warp, const signed char *tq, const signed char *c
 		}
 	}
 	/* fragment e of (m, j): row 16 m + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2 */
-	{
-		int		   *wd = dots + 32 * warp * DS;
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int j = 0; j < NN; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+			{
+				const int	row = 16 * m + (lane >> 2) + 8 * (e >> 1),
+							col = 8 * j + 2 * (lane & 3) + (e & 1);
 
-#pragma unroll
-		for (int m = 0; m < 2; m++)
-#pragma unroll
-			for (int j = 0; j < NN; j++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-				{
-					const int	row = 16 * m + (lane >> 2) + 8 * (e >> 1),
-								col = 8 * j + 2 * (lane & 3) + (e & 1);
-
-					if (col < NC)
-						wd[row * DS + col] = acc[m][j][e];
-				}
-	}
+				if (col < NC)
+					wd[row * DS + col] = acc[m][j][e];
+			}
 	__syncwarp();
 }
 
@@ -606,8 +605,8 @@ kmg_pp_tile_dots(int lane, int warp, const signed char *tq, const signed char *c
  */
 template <int LB>
 __device__ __forceinline__ unsigned int
-kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int *cqn, const float *cqr,
-				   unsigned int cmask, float S, bool live, float wt, float d2o, int qx, float rx)
+kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int2 *cq, unsigned int cmask,
+				   float S, bool live, float wt, float d2o, int qx, float rx)
 {
 	constexpr int NC = LB + 1;
 	unsigned int mask = 0;
@@ -625,8 +624,9 @@ kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int *cqn, const
 		for (int c = 0; c < NC; c++)
 			if ((cmask >> c) & 1u)
 			{
-				const float th = A + (rx + cqr[c]);
-				const int	dq2 = qx + cqn[c] - 2 * dot[c];
+				const int2	q = cq[c];	/* |q_c|^2, r_c (bits) */
+				const float th = A + (rx + __int_as_float(q.y));
+				const int	dq2 = qx + q.x - 2 * dot[c];
 
 				if (!((float) dq2 > th * th * 1.00001f))
 					mask |= 1u << c;
@@ -636,23 +636,22 @@ kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int *cqn, const
 }
 
 /*
- * The tile's unpruned (row, column) pairs listed row-major (a scan of the
- * masks), then computed exactly, 32 pairs at a time: their float rows
- * staged in xs (KMG_PP_XB 16-byte loads a thread in flight), chain j of
- * pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p into res.
- * Returns this row's first slot in res; *total: the tile's pairs.
+ * A warp's unpruned (row, column) pairs of a tile, listed row-major (a
+ * scan of the lanes' masks) in ids, then computed exactly, 8 pairs at a
+ * time: their float rows staged in xs (the warp's part of the tile's
+ * stage, free once its dots are taken), chain j of pair p on lane 4 p + j
+ * (seed_pp.h's order), joined by lane 4 p into res.  Returns this lane's
+ * first slot in res; *total: the warp's pairs.  Only the warp takes part.
  */
 template <int LB>
 __device__ __forceinline__ int
-kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t tile,
-				  unsigned int mask, int *wsum, int *ids, float *res, float *xs, const float *colf,
-				  int cs, int dp, int p_0, int g_0, int p_step, int g_step, int &total_out)
+kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mask, int *ids,
+				  float *res, float *xs, const float *colf, int cs, int dp, int p_0, int g_0,
+				  int p_step, int g_step, int &total_out)
 {
-	constexpr int NC = LB + 1;
 	const int	cnt = __popc(mask);
+	const int	g4 = dp >> 2;
 	int			incl = cnt;
-	int			base = 0,
-				total = 0;
 
 	for (int o = 1; o < 32; o <<= 1)
 	{
@@ -661,38 +660,30 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 		if (lane >= o)
 			incl += v;
 	}
-	if (lane == 31)
-		wsum[warp] = incl;
-	__syncthreads();
-	for (int w = 0; w < KMG_PP_NT / 32; w++)
-	{
-		base += w < warp ? wsum[w] : 0;
-		total += wsum[w];
-	}
-	{
-		int			o = base + incl - cnt;
 
-#pragma unroll
-		for (int c = 0; c < NC; c++)
-			if ((mask >> c) & 1u)
-				ids[o++] = (tid << 5) | c;
-	}
-	__syncthreads();
-	for (int p0 = 0; p0 < total; p0 += 32)
+	const int	total = __shfl_sync(0xffffffffu, incl, 31);
+
 	{
-		const int	g4 = dp >> 2;
-		const int	np = total - p0 < 32 ? total - p0 : 32;
+		int			o = incl - cnt;
+
+		for (unsigned int m = mask; m != 0u; m &= m - 1u)
+			ids[o++] = (lane << 5) | (__ffs(m) - 1);
+	}
+	__syncwarp();
+	for (int p0 = 0; p0 < total; p0 += 8)
+	{
+		const int	np = total - p0 < 8 ? total - p0 : 8;
 		const int	items = np * g4;
 
 		/*
-		 * the pairs' float rows, KMG_PP_XB 16-byte loads a thread in flight;
-		 * item it = b + u NT + tid is float4 ig of pair ip, it = ip g4 + ig,
-		 * stepped without a division (p_0, g_0: tid's; NT = p_step g4 + g_step)
+		 * the pairs' float rows, KMG_PP_XB 16-byte loads a lane in flight;
+		 * item it = b + 32 u + lane is float4 ig of pair ip, it = ip g4 + ig,
+		 * stepped without a division (p_0, g_0: the lane's; 32 = p_step g4 + g_step)
 		 */
 		int			ip = p_0,
 					ig = g_0;
 
-		for (int b = 0; b < items; b += KMG_PP_XB * KMG_PP_NT)
+		for (int b = 0; b < items; b += KMG_PP_XB * 32)
 		{
 			float4		v[KMG_PP_XB];
 			int			at[KMG_PP_XB];
@@ -700,12 +691,10 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 #pragma unroll
 			for (int u = 0; u < KMG_PP_XB; u++)
 			{
-				const int	it = b + u * KMG_PP_NT + tid;
-
 				at[u] = -1;
-				if (it < items)
+				if (b + 32 * u + lane < items)
 				{
-					const int64_t r2 = tile * KMG_PP_NT + (ids[p0 + ip] >> 5);
+					const int64_t r2 = row0 + (ids[p0 + ip] >> 5);
 
 					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + ig);
 					at[u] = ip * cs + 4 * ig;
@@ -723,12 +712,12 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 				if (at[u] >= 0)
 					*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
 		}
-		__syncthreads();
+		__syncwarp();
 
 		/* chain j of pair p on lane 4 p + j (seed_pp.h's order), joined by lane 4 p */
 		{
-			const int	p = tid >> 2,
-						j = tid & 3;
+			const int	p = lane >> 2,
+						j = lane & 3;
 			float		acc = 0.0f;
 
 			if (p < np)
@@ -748,85 +737,100 @@ kmg_pp_tile_pairs(int tid, int lane, int warp, const kmg_pp_args &a, int64_t til
 			if (j == 0 && p < np)
 				res[p0 + p] = kmg_pp_join(acc, a1, a2, a3);
 		}
-		if (p0 + 32 < total)
-			__syncthreads();
+		__syncwarp();
 	}
 	total_out = total;
-	return base + incl - cnt;
+	return incl - cnt;
 }
 
 /*
- * Filtered rows: int8 tiles (two stages, the columns in the first), dp4a
- * against the columns' shadow rows, the bound test, then the unpruned
- * (row, column) pairs of the tile exactly.  Each wait on memory overlaps
- * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before the
- * wait for its tile and arrive under the dp4a, its hash before the pairs;
- * the pairs' float rows are loaded together, 32 pairs at a time, into the
- * tile's stage (free once the bounds are known), and four lanes a pair run
- * the four chains from shared memory (one thread a pair walking its row in
- * global memory was eight dependent round trips a tile).
+ * Filtered rows, each warp on its own 32 rows of a tile, with no block
+ * barrier past the columns: the warp's shadow rows come in two stages
+ * (sm_90: one bulk copy a row, counted on the warp's barrier of the
+ * stage; before: 16-byte cp.async), their int8 dots with the columns'
+ * shadow rows on the tensor cores, the bound test, then the warp's
+ * unpruned (row, column) pairs exactly.  Each wait on memory overlaps
+ * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before
+ * the wait for its tile and arrive under the dots, its hash before the
+ * pairs; the pairs' float rows are loaded together, 8 pairs at a time,
+ * into the warp's part of the stage, and four lanes a pair run the four
+ * chains from shared memory.
  */
 template <int LB>
 __device__ __forceinline__ void
 kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
-					 unsigned char *smem, const int *colrow, int *cqn, float *cqr, int *wsum,
-					 unsigned int cmask, int select, int keys_next, uint64_t stream, int64_t mine,
-					 int64_t n, int dp, kmg_pp_thr<LB> &t, double *lk, int *lr)
+					 unsigned char *smem, const int *colrow, int2 *cq, unsigned int cmask, int select, int keys_next, uint64_t stream,
+					 int64_t mine, int64_t n, int dp, kmg_pp_thr<LB> &t, double *lk, int *lr)
 {
 	constexpr int NC = LB + 1;
 	const int	dq = a.dq;
 	const int	qs = dq + 16;
-	const int	nq = dq >> 4;
 	const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
 	signed char *qring = reinterpret_cast<signed char *>(smem);
 	float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
 	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);	/* rows qs bytes apart */
-	int		   *ids = reinterpret_cast<int *>(colq + NC * qs);
-	float	   *res = reinterpret_cast<float *>(ids + KMG_PP_NT * NC);
-	int		   *dots = ids;		/* the tile's dots (NT x (NC | 1)) until its pairs are listed */
+	/* the warp's scratch: the tile's dots (32 x (NC | 1)), then its pairs' ids and results */
+	int		   *wdots = reinterpret_cast<int *>(colq + NC * qs) + warp * 64 * NC;
+	int		   *wids = wdots;
+	float	   *wres = reinterpret_cast<float *>(wdots + 32 * NC);
 	const float S = st.qscale;
-	/* the pairs' float4 items (kmg_pp_tile_pairs): tid's first, and the step by NT */
+	/* the pairs' float4 items (kmg_pp_warp_pairs): the lane's first, and the step by 32 */
 	const int	g4 = dp >> 2;
-	const int	x_p0 = tid / g4,
-				x_g0 = tid - x_p0 * g4,
-				x_pstep = KMG_PP_NT / g4,
-				x_gstep = KMG_PP_NT - x_pstep * g4;
-
+	const int	x_p0 = lane / g4,
+				x_g0 = lane - x_p0 * g4,
+				x_pstep = 32 / g4,
+				x_gstep = 32 - x_pstep * g4;
 	/*
-	 * A tile's shadow rows are contiguous: chunk c (16 bytes) of the tile
-	 * is row c / nq's chunk c % nq, staged at 16 (c + c / nq) (rows qs
-	 * bytes apart).  A thread's chunks are tid + NT j; c / nq steps by
-	 * NT / nq, plus one where c % nq wraps (no division in the loop).
+	 * The warp's 32 shadow rows of a tile are contiguous: chunk c (16
+	 * bytes) is row c / nq's chunk c % nq, staged at 16 (c + c / nq).  A
+	 * lane copies chunks lane + 32 j (coalesced), c / nq stepped without
+	 * a division; where nq divides 32 a lane's chunks keep their column.
+	 * (One bulk copy a row, on sm_90, cost more: the copy takes its
+	 * operands in uniform registers, so a warp issues its 32 one lane at
+	 * a time.)
 	 */
-	const int	c_i0 = tid / nq,
-				c_q0 = tid - c_i0 * nq,
-				c_di = KMG_PP_NT / nq,
-				c_dq = KMG_PP_NT - c_di * nq;
+	const int	nq = dq >> 4;
+	const int	c_i0 = lane / nq,
+				c_q0 = lane - c_i0 * nq,
+				c_di = 32 / nq,
+				c_dq = 32 - c_di * nq;
 
-	auto stage = [&](int64_t ti) {
-		const int64_t tile = blockIdx.x + ti * gridDim.x;
-		const int64_t left = n - tile * KMG_PP_NT;	/* rows of this tile: i < left */
-		signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs);
-		const signed char *src = a.q8 + (size_t) tile * KMG_PP_NT * dq;
-		int			i = c_i0,
-					q = c_q0;
+	/* the warp's rows of tile ti into its part of stage ti % 2 */
+	auto issue = [&](int64_t ti) {
+		const int64_t r0 = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + 32 * warp;
+		const int	nr = n - r0 >= 32 ? 32 : (n > r0 ? (int) (n - r0) : 0);
+		signed char *dst = qring + (ti & 1) * (KMG_PP_NT * qs) + 32 * warp * qs;
+		const signed char *src = a.q8 + (size_t) r0 * dq + 16 * lane;
 
-		for (int c = tid; c < KMG_PP_NT * nq; c += KMG_PP_NT)
+		if (c_dq == 0)
 		{
-			const bool	ok = i < left;
+			signed char *d = dst + c_i0 * qs + 16 * c_q0;
 
-			kmg_cp16_zfill(dst + 16 * (c + i), ok ? src + 16 * (size_t) c : a.q8, ok ? 16 : 0);
-			i += c_di;
-			q += c_dq;
-			if (q >= nq)
+			for (int j = 0, i = c_i0; j < nq; j++, i += c_di)
+				if (i < nr)
+					kmg_cp16(d + (size_t) (j * c_di) * qs, src + 512 * (size_t) j);
+		}
+		else
+		{
+			int			i = c_i0,
+						q = c_q0;
+
+			for (int c = lane; c < 32 * nq; c += 32)
 			{
-				q -= nq;
-				i++;
+				if (i < nr)
+					kmg_cp16(dst + 16 * (c + i), src + 16 * (size_t) (c - lane));
+				i += c_di;
+				q += c_dq;
+				if (q >= nq)
+				{
+					q -= nq;
+					i++;
+				}
 			}
 		}
 	};
 
-	/* the columns (float rows, shadow rows) with the first tile; inactive ones zero */
+	/* the columns (float rows, shadow rows); inactive ones zero */
 	for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
 	{
 		const int	c = i / (dp / 4),
@@ -847,18 +851,25 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 	}
 	if (tid < NC)
 	{
-		cqn[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qn + colrow[tid]) : 0;
-		cqr[tid] = ((cmask >> tid) & 1u) ? __ldcg(a.qr + colrow[tid]) : 0.0f;
+		const bool	ok = (cmask >> tid) & 1u;
+
+		cq[tid] = make_int2(ok ? __ldcg(a.qn + colrow[tid]) : 0,
+							__float_as_int(ok ? __ldcg(a.qr + colrow[tid]) : 0.0f));
 	}
+	kmg_cp16_commit();
+	kmg_cp16_wait<0>();
+	__syncthreads();			/* the columns in place */
+
 	if (mine > 0)
-		stage(0);
+		issue(0);
 	kmg_cp16_commit();
 	for (int64_t ti = 0; ti < mine; ti++)
 	{
 		const int64_t tile = blockIdx.x + ti * gridDim.x;
-		const int64_t r = tile * KMG_PP_NT + tid;
+		const int64_t row0 = tile * KMG_PP_NT + 32 * warp;
+		const int64_t r = row0 + lane;
 		const bool	live = r < n;
-		float	   *xs = reinterpret_cast<float *>(qring + (ti & 1) * (KMG_PP_NT * qs));
+		signed char *wq = qring + (ti & 1) * (KMG_PP_NT * qs) + 32 * warp * qs;
 		float		wt = 0.0f,
 					d2o = 0.0f,
 					rx = 0.0f;
@@ -873,27 +884,27 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 			qx = __ldcg(a.qn + r);
 			rx = __ldcg(a.qr + r);
 		}
+		/* the other stage's part held tile ti - 1 (its dots, then its pairs' rows): read by now */
 		if (ti + 1 < mine)
-			stage(ti + 1);
+			issue(ti + 1);
 		kmg_cp16_commit();
 		kmg_cp16_wait<1>();
-		__syncthreads();
-		kmg_pp_tile_dots<LB>(lane, warp, qring + (ti & 1) * (KMG_PP_NT * qs), colq, qs, dq, dots);
-		mask = kmg_pp_tile_bounds<LB>(st, dots + tid * (NC | 1), cqn, cqr, cmask, S, live, wt, d2o,
-									  qx, rx);
+		__syncwarp();			/* every lane's copies of tile ti in place */
+		kmg_pp_tile_dots<LB>(lane, wq, colq, qs, dq, wdots);
+		mask = kmg_pp_tile_bounds<LB>(st, wdots + lane * (NC | 1), cq, cmask, S, live, wt,
+									  d2o, qx, rx);
 		if (live && (select || keys_next))
 			h = __ldg(a.hashes + r);	/* arrives under the pairs */
-		__syncthreads();	/* the stage is free: the copy after next, the pairs' rows before */
+		__syncwarp();			/* the dots read: the scratch takes the pairs */
 
-		/* the tile's unpruned pairs, exactly */
+		/* the warp's unpruned pairs, exactly */
 		{
 			int			total;
-			const int	o0 = kmg_pp_tile_pairs<LB>(tid, lane, warp, a, tile, mask, wsum, ids, res,
-												   xs, colf, cs, dp, x_p0, x_g0, x_pstep,
-												   x_gstep, total);
+			const int	o0 = kmg_pp_warp_pairs<LB>(lane, a, row0, mask, wids, wres,
+												   reinterpret_cast<float *>(wq), colf, cs, dp,
+												   x_p0, x_g0, x_pstep, x_gstep, total);
 
-			t.pairs += tid == 0 ? (unsigned int) total : 0u;
-			__syncthreads();
+			t.pairs += lane == 0 ? (unsigned int) total : 0u;
 			if (live)
 			{
 				float		dist[NC];
@@ -902,11 +913,12 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 #pragma unroll
 				for (int c = 0; c < NC; c++)
 					if ((mask >> c) & 1u)
-						dist[c] = res[o++];
+						dist[c] = wres[o++];
 					else
 						dist[c] = INFINITY;
 				kmg_pp_row<LB>(a, st, select, keys_next, stream, r, wt, d2o, h, dist, t, lk, lr);
 			}
+			__syncwarp();		/* the results read before the next tile's dots */
 		}
 	}
 	kmg_cp16_wait<0>();
@@ -1390,8 +1402,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 	extern __shared__ __align__(16) unsigned char smem[];
 	__shared__ kmg_pp_state st;
 	__shared__ int colrow[LB + 1];
-	__shared__ int cqn[LB + 1];
-	__shared__ float cqr[LB + 1];
+	__shared__ int2 cq[LB + 1];	/* filtered rows: the columns' |q|^2 and r (bits) */
 	__shared__ unsigned long long sred[KMG_PP_NT / 32][LB + 1];
 	__shared__ double skey[KMG_PP_NT / 32];
 	__shared__ int srow[KMG_PP_NT / 32];
@@ -1455,7 +1466,7 @@ kmg_pp_unit_kernel(kmg_pp_args a)
 		kmg_pp_rows_dense<LB>(tid, a, st, smem, colrow, cmask, select, keys_next, stream, mine, n,
 							  dp, t, lk, lr);
 	else
-		kmg_pp_rows_filtered<LB>(tid, lane, warp, a, st, smem, colrow, cqn, cqr, wsum, cmask,
+		kmg_pp_rows_filtered<LB>(tid, lane, warp, a, st, smem, colrow, cq, cmask,
 								 select, keys_next, stream, mine, n, dp, t, lk, lr);
 
 	kmg_pp_block_sums<LB>(tid, lane, warp, a, st, sred, samax, spairs, t);
