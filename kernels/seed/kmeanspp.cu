@@ -41,12 +41,14 @@
  * int8 copy of the rows (the "shadow": fl(x - c0) * S rounded, S = 127 /
  * max |x - c0|, built once per run after step 1).  With q = the shadow rows
  * and r_x >= |S (x - c0) - q_x| (per row, stored), S |x - c| >=
- * |q_x - q_c| - r_x - r_c, and |q_x - q_c|^2 is an exact integer (dp4a);
- * when that bound puts d above D2 with a margin for the float rounding of
- * d, min(D2, d) = D2 without computing d.  The rest (pairs of row and
- * column) are computed exactly from the float rows.  Pruning never changes
- * a result, only the work: a unit whose pairs were mostly unpruned makes
- * the next 16 units dense (every distance, rows streamed once).
+ * |q_x - q_c| - r_x - r_c, and |q_x - q_c|^2 is an exact integer (the
+ * int8 dots on the tensor cores, int32 sums); when that bound puts d above
+ * D2 with a margin for the float rounding of d, min(D2, d) = D2 without
+ * computing d.  The rest (pairs of row and column) are computed exactly
+ * from the float rows.  Pruning never changes a result, only the work: a
+ * unit whose pairs were mostly unpruned makes the next 16 units dense
+ * (every distance, rows streamed once).  In a filtered unit each warp
+ * works through its own 32 rows of each tile with no block barrier.
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -64,7 +66,7 @@
 #define KMG_PP_RS 36			/* floats per row of a dense stage (32 + pad) */
 #define KMG_PP_EB 4				/* list entries a lane of the last block asks for at once */
 #ifndef KMG_PP_XB
-#define KMG_PP_XB 2			/* filter: float4 loads a thread issues at once for the pairs */
+#define KMG_PP_XB 2			/* filter: float4 loads a lane issues at once for the pairs */
 #endif
 
 /* ---- k-means++: state ---- */
@@ -368,6 +370,13 @@ kmg_pp_row_ld(const kmg_pp_args &a, const kmg_pp_state &st, int select, int keys
 	kmg_pp_row<LB>(a, st, select, keys_next, stream, r, w, d2o, h, dist, t, lk, lr);
 }
 
+/* Floats of a chain in the pairs' chain-major rows: dp / 4 rounded up to 4 mod 8. */
+static __host__ __device__ __forceinline__ int
+kmg_pp_seg(int dp)
+{
+	return dp / 4 + ((12 - (dp / 4) % 8) % 8);
+}
+
 /* Shared memory of a unit (dynamic part), bytes. */
 static size_t
 kmg_pp_smem_bytes(int lb, int dp, int dq)
@@ -377,7 +386,7 @@ kmg_pp_smem_bytes(int lb, int dp, int dq)
 	size_t		filt = 0;
 
 	if (dq > 0)
-		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * (dp + 4) * sizeof(float) +
+		filt = 2 * (size_t) KMG_PP_NT * (dq + 16) + (size_t) nc * 4 * kmg_pp_seg(dp) * sizeof(float) +
 			(size_t) nc * (dq + 16) + 2 * (size_t) KMG_PP_NT * nc * sizeof(int) + 64;
 	/* the last block reuses it for the merge's heads (one int a block: kmg_pp_prepare) */
 	return KMG_ROUND_UP((dense > filt ? dense : filt), 16) + 64;
@@ -523,7 +532,7 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
  * The int8 dot products of a warp's 32 staged rows (wq, qs bytes apart)
  * with every column's shadow row (colq, rows qs bytes apart), on the
  * tensor cores: m16n8k32, two m-tiles of rows by the column n-tiles,
- * int32 accumulators (exact, as dp4a's were: |dot| <= 127^2 dq).  Row
+ * int32 accumulators (exact: |dot| <= 127^2 dq).  Row
  * i's dot with column c goes to wd[i DS + c] (DS odd: a row's reads are
  * conflict-free); the warp syncs before it returns.
  * Columns past NC (an n-tile's tail) read column NC - 1 again and are
@@ -620,19 +629,18 @@ kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int2 *cq, unsig
 		 */
 		const float A = S * sqrtf(d2o * st.fac);
 
+		/* every column (an inactive one is zeros), no branch: masked at the end */
 #pragma unroll
 		for (int c = 0; c < NC; c++)
-			if ((cmask >> c) & 1u)
-			{
-				const int2	q = cq[c];	/* |q_c|^2, r_c (bits) */
-				const float th = A + (rx + __int_as_float(q.y));
-				const int	dq2 = qx + q.x - 2 * dot[c];
+		{
+			const int2	q = cq[c];	/* |q_c|^2, r_c (bits) */
+			const float th = A + (rx + __int_as_float(q.y));
+			const int	dq2 = qx + q.x - 2 * dot[c];
 
-				if (!((float) dq2 > th * th * 1.00001f))
-					mask |= 1u << c;
-			}
+			mask |= ((float) dq2 > th * th * 1.00001f ? 0u : 1u) << c;
+		}
 	}
-	return mask;
+	return mask & cmask;
 }
 
 /*
@@ -646,13 +654,18 @@ kmg_pp_tile_bounds(const kmg_pp_state &st, const int *dot, const int2 *cq, unsig
 template <int LB>
 __device__ __forceinline__ int
 kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mask, int *ids,
-				  float *res, float *xs, const float *colf, int cs, int dp, int p_0, int g_0,
-				  int p_step, int g_step, int &total_out)
+				  float *res, float *xs, const float *colf, int cs, int seg, int dp, int p_0,
+				  int g_0, int p_step, int g_step, int &total_out)
 {
 	const int	cnt = __popc(mask);
 	const int	g4 = dp >> 2;
 	int			incl = cnt;
 
+	if (__ballot_sync(0xffffffffu, mask != 0u) == 0u)
+	{
+		total_out = 0;			/* (about a third of a warp's tiles) */
+		return 0;
+	}
 	for (int o = 1; o < 32; o <<= 1)
 	{
 		const int	v = __shfl_up_sync(0xffffffffu, incl, o);
@@ -697,7 +710,7 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
 					const int64_t r2 = row0 + (ids[p0 + ip] >> 5);
 
 					v[u] = __ldg(reinterpret_cast<const float4 *>(a.X + (size_t) r2 * dp) + ig);
-					at[u] = ip * cs + 4 * ig;
+					at[u] = ip * cs + ig;
 				}
 				ip += p_step;
 				ig += g_step;
@@ -710,7 +723,12 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
 #pragma unroll
 			for (int u = 0; u < KMG_PP_XB; u++)
 				if (at[u] >= 0)
-					*reinterpret_cast<float4 *>(xs + at[u]) = v[u];
+				{
+					xs[at[u]] = v[u].x;
+					xs[at[u] + seg] = v[u].y;
+					xs[at[u] + 2 * seg] = v[u].z;
+					xs[at[u] + 3 * seg] = v[u].w;
+				}
 		}
 		__syncwarp();
 
@@ -722,12 +740,23 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
 
 			if (p < np)
 			{
-				const float *xr = xs + p * cs;
-				const float *cr = colf + (ids[p0 + p] & 31) * cs;
+				const float *xr = xs + p * cs + j * seg;
+				const float *cr = colf + (ids[p0 + p] & 31) * cs + j * seg;
+				int			e = 0;
 
-#pragma unroll 8
-				for (int i = j; i < dp; i += 4)
-					acc = kmg_pp_step(acc, xr[i], cr[i]);
+#pragma unroll 2
+				for (; e + 4 <= g4; e += 4)
+				{
+					const float4 xv = *reinterpret_cast<const float4 *>(xr + e);
+					const float4 cv = *reinterpret_cast<const float4 *>(cr + e);
+
+					acc = kmg_pp_step(acc, xv.x, cv.x);
+					acc = kmg_pp_step(acc, xv.y, cv.y);
+					acc = kmg_pp_step(acc, xv.z, cv.z);
+					acc = kmg_pp_step(acc, xv.w, cv.w);
+				}
+				for (; e < g4; e++)
+					acc = kmg_pp_step(acc, xr[e], cr[e]);
 			}
 
 			const float a1 = __shfl_down_sync(0xffffffffu, acc, 1);
@@ -765,7 +794,14 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 	constexpr int NC = LB + 1;
 	const int	dq = a.dq;
 	const int	qs = dq + 16;
-	const int	cs = dp + 4;	/* floats a column or staged row: a warp's 8 pairs x 4 chains on distinct banks */
+	/*
+	 * The columns' and the pairs' float rows, chain-major: element i at
+	 * (i % 4) seg + i / 4, so that chain j (seed_pp.h) is contiguous and a
+	 * lane reads it 16 bytes at a time; seg = dp / 4 rounded to 4 mod 8
+	 * puts a warp's 8 rows x 4 chains on distinct banks.
+	 */
+	const int	seg = kmg_pp_seg(dp);
+	const int	cs = 4 * seg;
 	signed char *qring = reinterpret_cast<signed char *>(smem);
 	float	   *colf = reinterpret_cast<float *>(smem + 2 * KMG_PP_NT * qs);
 	signed char *colq = reinterpret_cast<signed char *>(colf + NC * cs);	/* rows qs bytes apart */
@@ -831,14 +867,13 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 	};
 
 	/* the columns (float rows, shadow rows); inactive ones zero */
-	for (int i = tid; i < NC * (dp / 4); i += KMG_PP_NT)
+	for (int i = tid; i < NC * dp; i += KMG_PP_NT)
 	{
-		const int	c = i / (dp / 4),
-					g = i - c * (dp / 4);
-		const bool	ok = (cmask >> c) & 1u;
+		const int	c = i / dp,
+					e = i - c * dp;
 
-		kmg_cp16_zfill(colf + c * cs + 4 * g, ok ? a.X + (size_t) colrow[c] * dp + 4 * g : a.X,
-					ok ? 16 : 0);
+		colf[c * cs + (e & 3) * seg + (e >> 2)] = ((cmask >> c) & 1u)
+			? __ldg(a.X + (size_t) colrow[c] * dp + e) : 0.0f;
 	}
 	for (int i = tid; i < NC * (dq / 16); i += KMG_PP_NT)
 	{
@@ -901,7 +936,7 @@ kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const km
 		{
 			int			total;
 			const int	o0 = kmg_pp_warp_pairs<LB>(lane, a, row0, mask, wids, wres,
-												   reinterpret_cast<float *>(wq), colf, cs, dp,
+												   reinterpret_cast<float *>(wq), colf, cs, seg, dp,
 												   x_p0, x_g0, x_pstep, x_gstep, total);
 
 			t.pairs += lane == 0 ? (unsigned int) total : 0u;
