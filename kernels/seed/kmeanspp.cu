@@ -775,10 +775,9 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
 /*
  * Filtered rows, each warp on its own 32 rows of a tile, with no block
  * barrier past the columns: the warp's shadow rows come in two stages
- * (sm_90: one bulk copy a row, counted on the warp's barrier of the
- * stage; before: 16-byte cp.async), their int8 dots with the columns'
- * shadow rows on the tensor cores, the bound test, then the warp's
- * unpruned (row, column) pairs exactly.  Each wait on memory overlaps
+ * (16-byte cp.async), their int8 dots with the columns' shadow rows on
+ * the tensor cores, the bound test, then the warp's unpruned (row,
+ * column) pairs exactly.  Each wait on memory overlaps
  * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before
  * the wait for its tile and arrive under the dots, its hash before the
  * pairs; the pairs' float rows are loaded together, 8 pairs at a time,
@@ -788,8 +787,9 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
 template <int LB>
 __device__ __forceinline__ void
 kmg_pp_rows_filtered(int tid, int lane, int warp, const kmg_pp_args &a, const kmg_pp_state &st,
-					 unsigned char *smem, const int *colrow, int2 *cq, unsigned int cmask, int select, int keys_next, uint64_t stream,
-					 int64_t mine, int64_t n, int dp, kmg_pp_thr<LB> &t, double *lk, int *lr)
+					 unsigned char *smem, const int *colrow, int2 *cq, unsigned int cmask,
+					 int select, int keys_next, uint64_t stream, int64_t mine, int64_t n, int dp,
+					 kmg_pp_thr<LB> &t, double *lk, int *lr)
 {
 	constexpr int NC = LB + 1;
 	const int	dq = a.dq;
