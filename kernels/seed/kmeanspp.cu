@@ -237,9 +237,9 @@ struct kmg_pp_thr
 /*
  * The end of one row (both pipelines): dist[0] = d to prev, dist[1 + l] = d
  * to candidate l (+inf where the filter proved d >= D2, which gives the same
- * minima, and for inactive columns).  w, d2o (D2 before this unit) and h (the row's hash, needed at
- * step 0, in SELECT units and for the next keys) come from the caller, which
- * can load them early.
+ * minima, and for inactive columns).  w, d2o (D2 before this unit) and h
+ * (the row's hash, needed at step 0, in SELECT units and for the next keys)
+ * come from the caller, which can load them early.
  */
 template <int LB>
 __device__ __forceinline__ void
@@ -532,11 +532,11 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
  * The int8 dot products of a warp's 32 staged rows (wq, qs bytes apart)
  * with every column's shadow row (colq, rows qs bytes apart), on the
  * tensor cores: m16n8k32, two m-tiles of rows by the column n-tiles,
- * int32 accumulators (exact: |dot| <= 127^2 dq).  Row
- * i's dot with column c goes to wd[i DS + c] (DS odd: a row's reads are
- * conflict-free); the warp syncs before it returns.
- * Columns past NC (an n-tile's tail) read column NC - 1 again and are
- * dropped; inactive columns are zeros and tested by no one.
+ * int32 accumulators (exact: |dot| <= 127^2 dq).  Row i's dot with
+ * column c goes to wd[i DS + c] (DS odd: a row's reads are conflict-free);
+ * the warp syncs before it returns.  Columns past NC (an n-tile's tail)
+ * read column NC - 1 again and are dropped; inactive columns are zeros and
+ * tested by no one.
  */
 template <int LB>
 __device__ __forceinline__ void
@@ -777,12 +777,12 @@ kmg_pp_warp_pairs(int lane, const kmg_pp_args &a, int64_t row0, unsigned int mas
  * barrier past the columns: the warp's shadow rows come in two stages
  * (16-byte cp.async), their int8 dots with the columns' shadow rows on
  * the tensor cores, the bound test, then the warp's unpruned (row,
- * column) pairs exactly.  Each wait on memory overlaps
- * other work: a row's own values (D2, |q|^2, r_x, w) are loaded before
- * the wait for its tile and arrive under the dots, its hash before the
- * pairs; the pairs' float rows are loaded together, 8 pairs at a time,
- * into the warp's part of the stage, and four lanes a pair run the four
- * chains from shared memory.
+ * column) pairs exactly.  Each wait on memory overlaps other work: a
+ * row's own values (D2, |q|^2, r_x, w) are loaded before the wait for its
+ * tile and arrive under the dots, its hash before the pairs; the pairs'
+ * float rows are loaded together, 8 pairs at a time, into the warp's part
+ * of the stage, and four lanes a pair run the four chains from shared
+ * memory.
  */
 template <int LB>
 __device__ __forceinline__ void
