@@ -1670,39 +1670,55 @@ kmg_pp_make_args(const kmg_args *a, const kmg_seed_bufs *sb)
 	return p;
 }
 
-static const void *
+typedef void (*kmg_pp_unit_fn) (kmg_pp_args);
+
+static kmg_pp_unit_fn
 kmg_pp_kernel_of(int lb)
 {
 	switch (lb)
 	{
 		case 4:
-			return (const void *) kmg_pp_unit_kernel<4>;
+			return kmg_pp_unit_kernel<4>;
 		case 8:
-			return (const void *) kmg_pp_unit_kernel<8>;
+			return kmg_pp_unit_kernel<8>;
 		case 12:
-			return (const void *) kmg_pp_unit_kernel<12>;
+			return kmg_pp_unit_kernel<12>;
 		case 16:
-			return (const void *) kmg_pp_unit_kernel<16>;
+			return kmg_pp_unit_kernel<16>;
 		default:
-			return (const void *) kmg_pp_unit_kernel<KMG_PP_LMAX>;
+			return kmg_pp_unit_kernel<KMG_PP_LMAX>;
 	}
 }
 
 /*
  * Once per fit: the candidate tile, shared memory and grid of the unit
- * kernel (sb->L, sb->dq and sb->nblocks set).
+ * kernel, and the bytes of shadow rows its L2 window covers (sb->L, sb->dq,
+ * sb->q8 and sb->nblocks set; n rows).  KMG_PP_WINDOW=0: no window.
  */
 cudaError_t
-kmg_pp_prepare(kmg_seed_bufs *sb, int dp, int sms)
+kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, int sms)
 {
 	const int	L = sb->L;
-	int			per_sm = 0;
+	int			per_sm = 0,
+				dev = 0,
+				wmax = 0;
 	const void *fn;
 	cudaError_t e;
 
+	sb->qwindow = 0;
+	if (sb->q8 != NULL && !kmg_env_off("KMG_PP_WINDOW"))
+	{
+		const size_t bytes = (size_t) n * (size_t) sb->dq;
+
+		if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+			(e = cudaDeviceGetAttribute(&wmax, cudaDevAttrMaxAccessPolicyWindowSize, dev)) != cudaSuccess)
+			return e;
+		sb->qwindow = wmax > 0 ? (bytes < (size_t) wmax ? bytes : (size_t) wmax) : 0;
+	}
+
 	sb->lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
 	sb->smem = kmg_pp_smem_bytes(sb->lb, dp, sb->q8 != NULL ? sb->dq : 0);
-	fn = kmg_pp_kernel_of(sb->lb);
+	fn = (const void *) kmg_pp_kernel_of(sb->lb);
 	if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
 								  (int) sb->smem)) != cudaSuccess)
 		return e;
@@ -1759,35 +1775,40 @@ kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run,
 	return cudaSuccess;
 }
 
-/* count units, queued (graph capture friendly: plain launches). */
+/*
+ * count units, queued (graph capture friendly: stream launches).  Where
+ * sb->qwindow, each unit reads the shadow rows under an L2 access-policy
+ * window that marks them streaming: a filtered unit reads all n dq bytes of
+ * them once (128 MB at (1M, 128)), and without the mark they push out of L2
+ * what the unit reads again: the rows' D2, |q|^2, r and hashes, the lists,
+ * the state and the last block's code.
+ */
 cudaError_t
 kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count, cudaStream_t stream)
 {
 	const kmg_pp_args p = kmg_pp_make_args(a, sb);
+	const kmg_pp_unit_fn fn = kmg_pp_kernel_of(sb->lb);
+	cudaLaunchAttribute at[1];
+	cudaLaunchConfig_t cfg = {};
 
+	memset(at, 0, sizeof(at));
+	at[0].id = cudaLaunchAttributeAccessPolicyWindow;
+	at[0].val.accessPolicyWindow.base_ptr = (void *) p.q8;
+	at[0].val.accessPolicyWindow.num_bytes = sb->qwindow;
+	at[0].val.accessPolicyWindow.hitRatio = 1.0f;
+	at[0].val.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+	at[0].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+	cfg.gridDim = dim3(sb->grid);
+	cfg.blockDim = dim3(KMG_PP_NT);
+	cfg.dynamicSmemBytes = sb->smem;
+	cfg.stream = stream;
+	cfg.attrs = at;
+	cfg.numAttrs = p.dq > 0 && sb->qwindow > 0 ? 1 : 0;
 	for (int i = 0; i < count; i++)
 	{
-		switch (sb->lb)
-		{
-			case 4:
-				kmg_pp_unit_kernel<4><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
-				break;
-			case 8:
-				kmg_pp_unit_kernel<8><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
-				break;
-			case 12:
-				kmg_pp_unit_kernel<12><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
-				break;
-			case 16:
-				kmg_pp_unit_kernel<16><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
-				break;
-			default:
-				kmg_pp_unit_kernel<KMG_PP_LMAX><<<sb->grid, KMG_PP_NT, sb->smem, stream>>>(p);
-				break;
-		}
-		cudaError_t e = cudaGetLastError();
+		cudaError_t e;
 
-		if (e != cudaSuccess)
+		if ((e = cudaLaunchKernelEx(&cfg, fn, p)) != cudaSuccess)
 			return e;
 	}
 	return cudaSuccess;

@@ -60,12 +60,13 @@ typedef struct kmg_seed_bufs
 	size_t		smem;
 	int			dq;				/* shadow row bytes; 0: no filter */
 	int			L;
+	size_t		qwindow;		/* bytes of q8 the units read as streaming (kmg_pp_prepare) */
 } kmg_seed_bufs;
 
 size_t		kmg_pp_fixed_bytes(int nblocks, int L);
 int			kmg_pp_dq(int dp);
 void		kmg_pp_carve(kmg_seed_bufs *sb, char *base, int nblocks, int L);
-cudaError_t kmg_pp_prepare(kmg_seed_bufs *sb, int dp, int sms);
+cudaError_t kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, int sms);
 cudaError_t kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run,
 						 int shift, cudaStream_t stream);
 cudaError_t kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count,
