@@ -130,19 +130,21 @@ kmg_check_fatal(km_error *err)
 /*
  * The limits of device ordinal that the kernels are sized by (multiprocessors,
  * shared memory per block and per multiprocessor, and what the hardware
- * reserves of it per block), and its compute capability.
+ * reserves of it per block), its compute capability, and its largest L2
+ * access-policy window.
  */
 cudaError_t
 kmg_device_limits(int ordinal, kmg_device *dev)
 {
-	int			v[6] = {0, 0, 0, 0, 0, 0};
-	const cudaDeviceAttr attr[6] = {
+	int			v[7] = {0, 0, 0, 0, 0, 0, 0};
+	const cudaDeviceAttr attr[7] = {
 		cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin,
 		cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock,
-		cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor
+		cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
+		cudaDevAttrMaxAccessPolicyWindowSize
 	};
 
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 	{
 		cudaError_t e = cudaDeviceGetAttribute(&v[i], attr[i], ordinal);
 
@@ -157,6 +159,7 @@ kmg_device_limits(int ordinal, kmg_device *dev)
 	dev->smem_reserved = (size_t) v[3];
 	dev->cc_major = v[4];
 	dev->cc_minor = v[5];
+	dev->max_window = v[6] > 0 ? (size_t) v[6] : 0;
 	return cudaSuccess;
 }
 

@@ -891,7 +891,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 		fprintf(stderr, "kmg: iterations %s\n", f.graph != NULL ? "in graphs" : "launched one by one");
 	if (f.sh.pp)
 	{
-		KMG_CK(kmg_pp_prepare(&f.w.sb, rows->n, f.sh.dp, dev->sms));
+		KMG_CK(kmg_pp_prepare(&f.w.sb, rows->n, f.sh.dp, dev));
 		kmg_make_pp_graph(&f);
 		if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
 			fprintf(stderr, "kmg: k-means++ units %s, shadow rows' L2 window %zu bytes\n",

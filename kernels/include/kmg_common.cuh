@@ -347,6 +347,7 @@ typedef struct kmg_device
 	size_t		smem_reserved;	/* of which the hardware keeps per block */
 	int			cc_major;
 	int			cc_minor;
+	size_t		max_window;		/* largest L2 access-policy window, bytes (0: none) */
 } kmg_device;
 
 #endif							/* KMG_COMMON_CUH */

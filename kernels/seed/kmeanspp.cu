@@ -1692,29 +1692,20 @@ kmg_pp_kernel_of(int lb)
 
 /*
  * Once per fit: the candidate tile, shared memory and grid of the unit
- * kernel, and the bytes of shadow rows its L2 window covers (sb->L, sb->dq,
- * sb->q8 and sb->nblocks set; n rows).  KMG_PP_WINDOW=0: no window.
+ * kernel, and the bytes of shadow rows its L2 window covers: n dq, up to the
+ * device's largest window (sb->L, sb->dq, sb->q8 and sb->nblocks set; n
+ * rows).  KMG_PP_WINDOW=0: no window.
  */
 cudaError_t
-kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, int sms)
+kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, const kmg_device *dev)
 {
 	const int	L = sb->L;
-	int			per_sm = 0,
-				dev = 0,
-				wmax = 0;
+	const size_t qbytes = sb->q8 != NULL ? (size_t) n * (size_t) sb->dq : 0;
+	int			per_sm = 0;
 	const void *fn;
 	cudaError_t e;
 
-	sb->qwindow = 0;
-	if (sb->q8 != NULL && !kmg_env_off("KMG_PP_WINDOW"))
-	{
-		const size_t bytes = (size_t) n * (size_t) sb->dq;
-
-		if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-			(e = cudaDeviceGetAttribute(&wmax, cudaDevAttrMaxAccessPolicyWindowSize, dev)) != cudaSuccess)
-			return e;
-		sb->qwindow = wmax > 0 ? (bytes < (size_t) wmax ? bytes : (size_t) wmax) : 0;
-	}
+	sb->qwindow = kmg_env_off("KMG_PP_WINDOW") ? 0 : qbytes < dev->max_window ? qbytes : dev->max_window;
 
 	sb->lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
 	sb->smem = kmg_pp_smem_bytes(sb->lb, dp, sb->q8 != NULL ? sb->dq : 0);
@@ -1727,7 +1718,7 @@ kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, int sms)
 		return e;
 	if (per_sm < 1)
 		per_sm = 1;
-	sb->grid = per_sm * sms;
+	sb->grid = per_sm * dev->sms;
 	if (sb->grid > sb->nblocks)
 		sb->grid = sb->nblocks;
 	if ((size_t) sb->grid * sizeof(int) > sb->smem)
@@ -1803,7 +1794,7 @@ kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count, cudaStream_t
 	cfg.dynamicSmemBytes = sb->smem;
 	cfg.stream = stream;
 	cfg.attrs = at;
-	cfg.numAttrs = p.dq > 0 && sb->qwindow > 0 ? 1 : 0;
+	cfg.numAttrs = sb->qwindow > 0 ? 1 : 0;
 	for (int i = 0; i < count; i++)
 	{
 		cudaError_t e;

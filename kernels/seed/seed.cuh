@@ -66,7 +66,7 @@ typedef struct kmg_seed_bufs
 size_t		kmg_pp_fixed_bytes(int nblocks, int L);
 int			kmg_pp_dq(int dp);
 void		kmg_pp_carve(kmg_seed_bufs *sb, char *base, int nblocks, int L);
-cudaError_t kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, int sms);
+cudaError_t kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, const kmg_device *dev);
 cudaError_t kmg_pp_begin(const kmg_args *a, const kmg_seed_bufs *sb, uint64_t seed, int run,
 						 int shift, cudaStream_t stream);
 cudaError_t kmg_pp_units(const kmg_args *a, const kmg_seed_bufs *sb, int count,
