@@ -420,7 +420,14 @@ kmg_pp_rows_nod2(int tid, const kmg_pp_args &a, const kmg_pp_state &st, int sele
  * Dense rows: slabs of 32 floats of 128 rows (and of the columns), two
  * stages of cp.async; a thread owns a row and carries its NC x 4 chains
  * across the slabs, then ends the row (kmg_pp_row_ld).  The first SELECT
- * also measures max |x - c0| for the shadow's scale.
+ * also measures max |x - c0| for the shadow's scale.  Every column is
+ * computed, inactive ones from the zeros their slabs were filled with
+ * (their distances are dropped at the row's end): behind a branch per
+ * column each column's shared-memory loads waited in turn, without it
+ * they are issued together and the chains interleave.  The loops run over
+ * tiles, then slabs, and a stage's addresses move by a constant stride:
+ * no 64-bit division or product per load (the copies were a quarter of a
+ * dense unit's instructions).
  */
 template <int LB>
 __device__ __forceinline__ void
@@ -431,73 +438,94 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
 {
 	constexpr int NC = LB + 1;
 	const int	nslab = (dp + 31) >> 5;
-	const int64_t K = mine * nslab;
 	const int	SLOT = KMG_PP_NT * KMG_PP_RS + NC * 32;
 	float	   *ring = reinterpret_cast<float *>(smem);
 	float		acc[NC][4];
+	/* this thread's share of a stage: rows i0 + 16 u of the tile, floats q4 .. q4 + 3 of the slab */
+	const int	i0 = tid >> 3,
+				q4 = 4 * (tid & 7);
+	const size_t s16 = (size_t) 16 * dp;
+	/* and of the columns' slabs: entries tid + KMG_PP_NT v of NC x 8 (offsets into X, slab 0) */
+	constexpr int CV = (NC * 8 + KMG_PP_NT - 1) / KMG_PP_NT;
+	size_t		coff[CV];
+	bool		con[CV];
 
-	auto stage = [&](int64_t kk) {
-		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
-		const int	j = (int) (kk % nslab);
-		float	   *dst = ring + (kk & 1) * SLOT;
+#pragma unroll
+	for (int v = 0; v < CV; v++)
+	{
+		const int	c = tid + KMG_PP_NT * v;
+
+		con[v] = c < NC * 8 && ((cmask >> (c >> 3)) & 1u);
+		coff[v] = con[v] ? (size_t) colrow[c >> 3] * dp + 4 * (c & 7) : 0;
+	}
+
+	auto stage = [&](int64_t ti, int j, int par) {
+		const int64_t r0 = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + i0;
+		const int	col = 32 * j + q4;
+		const int64_t left = n - r0;
+		/* rows i0 + 16 u with 16 u < rl are copied, the rest zero-filled */
+		const int	rl = col < dp ? (left > KMG_PP_NT ? KMG_PP_NT : (int) left) : 0;
+		size_t		off = (size_t) r0 * dp + col;
+		float	   *dst = ring + par * SLOT + i0 * KMG_PP_RS + q4;
 
 #pragma unroll
 		for (int u = 0; u < 8; u++)
 		{
-			const int	c = tid + KMG_PP_NT * u;
-			const int	i = c >> 3,
-						q = c & 7;
-			const int64_t r = tile * KMG_PP_NT + i;
-			const int	col = 32 * j + 4 * q;
-			const bool	ok = r < n && col < dp;
+			const bool	ok = 16 * u < rl;
 
-			kmg_cp16_zfill(dst + i * KMG_PP_RS + 4 * q, ok ? a.X + (size_t) r * dp + col : a.X,
-						ok ? 16 : 0);
+			kmg_cp16_zfill(dst + 16 * u * KMG_PP_RS, ok ? a.X + off : a.X, ok ? 16 : 0);
+			off += s16;
 		}
-		for (int c = tid; c < NC * 8; c += KMG_PP_NT)
+#pragma unroll
+		for (int v = 0; v < CV; v++)
 		{
-			const int	cc = c >> 3,
-						q = c & 7;
-			const int	col = 32 * j + 4 * q;
-			const bool	ok = ((cmask >> cc) & 1u) && col < dp;
+			const int	c = tid + KMG_PP_NT * v;
 
-			kmg_cp16_zfill(dst + KMG_PP_NT * KMG_PP_RS + cc * 32 + 4 * q,
-						ok ? a.X + (size_t) colrow[cc] * dp + col : a.X, ok ? 16 : 0);
+			if (c < NC * 8)
+			{
+				const bool	ok = con[v] && 32 * j + 4 * (c & 7) < dp;
+
+				kmg_cp16_zfill(ring + par * SLOT + KMG_PP_NT * KMG_PP_RS + (c >> 3) * 32 + 4 * (c & 7),
+							ok ? a.X + coff[v] + 32 * j : a.X, ok ? 16 : 0);
+			}
 		}
 	};
 
-	if (K > 0)
-		stage(0);
+	if (mine > 0)
+		stage(0, 0, 0);
 	kmg_cp16_commit();
-	for (int64_t kk = 0; kk < K; kk++)
+	int			par = 0;
+
+	for (int64_t ti = 0; ti < mine; ti++)
 	{
-		const int	j = (int) (kk % nslab);
-		const int64_t tile = blockIdx.x + (kk / nslab) * gridDim.x;
-		const int64_t r = tile * KMG_PP_NT + tid;
-		const float *slot = ring + (kk & 1) * SLOT;
-		const float *xr = slot + tid * KMG_PP_RS;
-		const float *cs = slot + KMG_PP_NT * KMG_PP_RS;
-		const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
+		const int64_t r = (blockIdx.x + ti * gridDim.x) * KMG_PP_NT + tid;
+		const float *xr0 = ring + tid * KMG_PP_RS;
 		const bool	amax_on = st.first && r < n;
 
-		if (kk + 1 < K)
-			stage(kk + 1);
-		kmg_cp16_commit();
-		kmg_cp16_wait<1>();
-		__syncthreads();
-		if (j == 0)
 #pragma unroll
-			for (int c = 0; c < NC; c++)
-				acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+		for (int c = 0; c < NC; c++)
+			acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+		for (int j = 0; j < nslab; j++)
+		{
+			const float *xr = xr0 + par * SLOT;
+			const float *cs = ring + par * SLOT + KMG_PP_NT * KMG_PP_RS;
+			const int	gn = dp / 4 - 8 * j < 8 ? dp / 4 - 8 * j : 8;
+
+			if (j + 1 < nslab)
+				stage(ti, j + 1, par ^ 1);
+			else if (ti + 1 < mine)
+				stage(ti + 1, 0, par ^ 1);
+			kmg_cp16_commit();
+			kmg_cp16_wait<1>();
+			__syncthreads();
 #pragma unroll
-		for (int q = 0; q < 8; q++)
-			if (q < gn)
-			{
-				const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
+			for (int q = 0; q < 8; q++)
+				if (q < gn)
+				{
+					const float4 x = *reinterpret_cast<const float4 *>(xr + 4 * q);
 
 #pragma unroll
-				for (int c = 0; c < NC; c++)
-					if ((cmask >> c) & 1u)
+					for (int c = 0; c < NC; c++)
 					{
 						const float4 cv = *reinterpret_cast<const float4 *>(cs + c * 32 + 4 * q);
 
@@ -505,16 +533,18 @@ kmg_pp_rows_dense(int tid, const kmg_pp_args &a, const kmg_pp_state &st, unsigne
 						acc[c][1] = kmg_pp_step(acc[c][1], x.y, cv.y);
 						acc[c][2] = kmg_pp_step(acc[c][2], x.z, cv.z);
 						acc[c][3] = kmg_pp_step(acc[c][3], x.w, cv.w);
-						if (c == 0 && amax_on)
+						if (c == 0 && amax_on && (cmask & 1u))
 							t.amax = fmaxf(t.amax,
 										   fmaxf(fmaxf(fabsf(__fsub_rn(x.x, cv.x)),
 													   fabsf(__fsub_rn(x.y, cv.y))),
 												 fmaxf(fabsf(__fsub_rn(x.z, cv.z)),
 													   fabsf(__fsub_rn(x.w, cv.w)))));
 					}
-			}
-		__syncthreads();
-		if (j == nslab - 1 && r < n)
+				}
+			__syncthreads();
+			par ^= 1;
+		}
+		if (r < n)
 		{
 			float		dist[NC];
 
