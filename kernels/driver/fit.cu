@@ -166,6 +166,15 @@ kmg_poll(const km_hooks *hooks)
 	return hooks != NULL && hooks->poll != NULL && hooks->poll(hooks->ctx) != 0;
 }
 
+/* KMG_VERBOSE=1: the plan, the graphs and every batch on stderr. */
+static int
+kmg_verbose(void)
+{
+	const char *env = getenv("KMG_VERBOSE");
+
+	return env != NULL && env[0] == '1';
+}
+
 /*
  * k-means++ of one run (seed/kmeanspp.cu): units are queued in batches, two
  * in flight; after each batch the head of the device state (a few bytes)
@@ -181,8 +190,7 @@ kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 	km_status	st = KM_OK;
 	const int	k = a->k;
 	const kmg_seed_bufs *sb = &f->w.sb;
-	const char *venv = getenv("KMG_VERBOSE");
-	const int	verbose = venv != NULL && venv[0] == '1';
+	const int	verbose = kmg_verbose();
 	const double t0 = kmg_now();
 	double		last = t0,
 				last_done = 0.0;
@@ -630,7 +638,6 @@ done:
 static km_status
 kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km_error *err)
 {
-	const char *venv = getenv("KMG_VERBOSE");
 	km_status	st = KM_OK;
 	kmg_lloyd_state ls;
 
@@ -638,7 +645,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	ls.run = run;
 	ls.max_iter = f->params->max_iter;
 	ls.batch = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
-	ls.verbose = venv != NULL && venv[0] == '1';
+	ls.verbose = kmg_verbose();
 	ls.give_way = kmg_screen_give_way_fraction();
 	ls.profile_iter = getenv("KMG_PROFILE_ITER") != NULL ? atoi(getenv("KMG_PROFILE_ITER")) : 0;
 	ls.vlast = kmg_now();
@@ -880,20 +887,20 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	KMG_CK(kmg_fill_int(f.w.iota, rows->n, 0, 1, f.s));
 	KMG_CK(kmg_rows_setup(&f.sh, &f.w, 1, f.s));
 	KMG_CK(cudaStreamSynchronize(f.s));
-	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+	if (kmg_verbose())
 		fprintf(stderr, "kmg: plan path %d, rows as bytes %s\n", f.sh.plan.path,
 				f.w.a.Xb == NULL ? (f.sh.plan.bytes ? "no (not all bytes, or weighted)" : "no") :
 				f.sh.plan.overlap ? "yes, launches overlapped" : "yes");
 	if ((st = kmg_report_step(&f, KM_PHASE_PREPARE, 0, 0, rows->n, rows->n, 0.0, err)) != KM_OK)
 		goto done;
 	kmg_make_graph(&f);
-	if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+	if (kmg_verbose())
 		fprintf(stderr, "kmg: iterations %s\n", f.graph != NULL ? "in graphs" : "launched one by one");
 	if (f.sh.pp)
 	{
 		KMG_CK(kmg_pp_prepare(&f.w.sb, rows->n, f.sh.dp, dev));
 		kmg_make_pp_graph(&f);
-		if (getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1')
+		if (kmg_verbose())
 			fprintf(stderr, "kmg: k-means++ units %s, shadow rows' L2 window %zu bytes\n",
 					f.ppgraph != NULL ? "in graphs" : "launched one by one", f.w.sb.qwindow);
 	}
