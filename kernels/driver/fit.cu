@@ -182,6 +182,8 @@ kmg_verbose(void)
  * batch to about 50 ms, and queues exactly the units still needed (one a
  * step, plus a SELECT where a threshold missed).
  */
+static_assert(sizeof(kmg_pp_head) <= sizeof(kmg_ctl), "a k-means++ snapshot fits a slot of f->pin");
+
 static km_status
 kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 {
@@ -266,7 +268,7 @@ kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 		if (h.s < k && kmg_now() - last >= 0.5)
 		{
 			last = kmg_now();
-			if ((st = kmg_report_step(f, KM_PHASE_SEED, run, 0, h.s, k, 0.0, err)) != KM_OK)
+			if ((st = kmg_report_step(f, KM_PHASE_SEED, run, 0, h.s, k, h.phi, err)) != KM_OK)
 				return st;
 		}
 		if (kmg_poll(f->hooks))
@@ -277,7 +279,7 @@ kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 				"%d filtered, %d dense, %u exact pairs in the filtered ones), grid %d x %d, L %d, dq %d\n",
 				run, k, 1e3 * (kmg_now() - t0), h.units, h.selects, h.filtered, h.dense,
 				h.pairs_lo, sb->grid, 128, sb->L, sb->q8 != NULL ? sb->dq : 0);
-	st = kmg_report_step(f, KM_PHASE_SEED, run, 0, k, k, 0.0, err);
+	st = kmg_report_step(f, KM_PHASE_SEED, run, 0, k, k, h.phi, err);
 done:
 	return st;
 }

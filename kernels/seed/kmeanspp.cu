@@ -92,7 +92,6 @@ typedef struct kmg_pp_state
 	float		qmax;			/* max |fl(x - c0)| (from the first SELECT) */
 	int			pad;
 	double		tau;			/* keys under this go to the lists */
-	double		phi;			/* potential of the current D2 */
 	int			cand[KMG_PP_LMAX];
 	double		ckey[KMG_PP_LMAX];
 } kmg_pp_state;
@@ -1409,8 +1408,8 @@ kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_fi
 			o->cand[l] = newrow[l];
 			o->ckey[l] = newkey[l];
 		}
-		o->phi = kmg_pp_value(p0, st.shift);
-		o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+		o->h.phi = kmg_pp_value(p0, st.shift);
+		o->tau = p0 > 0ull ? KMG_PP_CT * (double) L / o->h.phi : 0.0;
 		o->h.phase = KMG_PP_EVAL;
 	}
 	else
@@ -1420,7 +1419,7 @@ kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_fi
 		o->h.s = s + 1;
 		o->prev = s_row;
 		o->has_prev = 1;
-		o->phi = kmg_pp_value(pw, st.shift);
+		o->h.phi = kmg_pp_value(pw, st.shift);
 		if (s + 1 >= a.k)
 			o->h.s = a.k;
 		else if (nnew == L)
@@ -1431,7 +1430,7 @@ kmg_pp_next_state(const kmg_pp_args &a, kmg_pp_state &st, int select, int use_fi
 				o->cand[l] = newrow[l];
 				o->ckey[l] = newkey[l];
 			}
-			o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->phi : 0.0;
+			o->tau = pw > 0ull ? KMG_PP_CT * (double) L / o->h.phi : 0.0;
 			o->h.phase = KMG_PP_EVAL;
 		}
 		else

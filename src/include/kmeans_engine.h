@@ -144,7 +144,13 @@ typedef struct km_progress
 	int			iteration;		/* 1-based, KM_PHASE_ITERATE */
 	int64_t		done;
 	int64_t		total;
-	double		inertia;		/* ITERATE: objective of this iteration's assignment */
+	/*
+	 * ITERATE: objective of this iteration's assignment.  SEED, from the
+	 * GPU engine's k-means++: the potential of the centroids chosen so far
+	 * (the sum of w D2 over the rows, as its sampling adds it up; 0 before
+	 * the first is known and from the other seedings).
+	 */
+	double		inertia;
 	double		moved;			/* ITERATE: fraction of rows that changed cluster */
 	int			relocated;		/* ITERATE: empty clusters re-seeded */
 	double		elapsed;		/* seconds since the call began */
