@@ -868,20 +868,39 @@ api_checks(void)
 
 /* ---- k-means++ seeding: the seeds themselves ---- */
 
+/* hooks->report for gpu_seeds: the last KM_PHASE_SEED report's potential */
+static int
+seed_phi_report(void *ctx, const km_progress *pr)
+{
+	if (pr->phase == KM_PHASE_SEED)
+		*(double *) ctx = pr->inertia;
+	return 0;
+}
+
 /*
  * A GPU fit that stops at the seeds (KMG_SEED_ONLY=1: no Lloyd iteration;
  * the final pass labels the rows for the seeds); env: extra variable to set
- * for this fit (NULL: none).  Returns the status; C (k x d) and *inertia.
+ * for this fit (NULL: none).  Returns the status; C (k x d), *inertia and
+ * *phi, k-means++'s potential over all k seeds (its last KM_PHASE_SEED
+ * report): an integer sum of every row's w D2, so it holds each D2 bit for
+ * bit where the seeds alone may not (a different rounding of one distance
+ * seldom changes a draw).
  */
 static km_status
 gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, float *C,
-		  double *inertia, const char *env)
+		  double *inertia, double *phi, const char *env)
 {
 	km_chunk	ch = {x, w, n};
 	km_data		data = {d, 1, &ch, n};
 	km_result	r;
 	km_error	err;
 	km_status	st;
+	km_hooks	hk;
+
+	memset(&hk, 0, sizeof(hk));
+	hk.ctx = phi;
+	hk.report = seed_phi_report;
+	*phi = -1.0;
 
 	r.centroids = C;
 	r.sizes = (int64_t *) malloc(sizeof(int64_t) * p->k);
@@ -890,7 +909,7 @@ gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, 
 	setenv("KMG_SEED_ONLY", "1", 1);
 	if (env != NULL)
 		setenv(env, "1", 1);
-	st = api->engine->fit(&data, p, NULL, &r, &err);
+	st = api->engine->fit(&data, p, &hk, &r, &err);
 	unsetenv("KMG_SEED_ONLY");
 	if (env != NULL)
 		unsetenv(env);
@@ -903,10 +922,11 @@ gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, 
 }
 
 /*
- * Seeding checks: GPU seeds against the reference's (bit for bit), the same
- * twice, with the int8 filter off (KMG_PP_NOSHADOW: every distance
- * computed), and on the rows in another order; then k-means++ quality: one
- * Lloyd iteration after the seeds, GPU against the CPU engine (inertia).
+ * Seeding checks: GPU seeds and potential against the reference's (bit for
+ * bit), the same twice, with the int8 filter off (KMG_PP_NOSHADOW: every
+ * distance computed), and on the rows in another order; then k-means++
+ * quality: one Lloyd iteration after the seeds, GPU against the CPU engine
+ * (inertia).
  */
 static void
 seed_checks(void)
@@ -948,18 +968,21 @@ seed_checks(void)
 					i2 = 0,
 					i3 = 0,
 					i4 = 0,
+					ph[4],		/* the GPU fits' potentials (gpu_seeds), in the order of C1..C4 */
+					phr,		/* the reference's */
 					t0,
 					tg,
 					tr;
 		int			ok1,
 					ok2,
 					ok3,
-					okr;
+					okr,
+					okp;
 		km_status	s1,
 					s2,
 					s3,
 					s4;
-		char		msg[400];
+		char		msg[600];
 
 		if (c->kind == 5)
 			for (int64_t i = 0; i < n * d; i++)
@@ -995,19 +1018,22 @@ seed_checks(void)
 		p.n_init = 1;
 
 		t0 = now();
-		s1 = gpu_seeds(x, w, n, d, &p, C1.data(), &i1, NULL);
+		s1 = gpu_seeds(x, w, n, d, &p, C1.data(), &i1, &ph[0], NULL);
 		tg = now() - t0;
-		s2 = gpu_seeds(x, w, n, d, &p, C2.data(), &i2, NULL);
-		s3 = gpu_seeds(x, w, n, d, &p, C3.data(), &i3, "KMG_PP_NOSHADOW");
-		s4 = gpu_seeds(xp, wp, n, d, &p, C4.data(), &i4, NULL);
+		s2 = gpu_seeds(x, w, n, d, &p, C2.data(), &i2, &ph[1], NULL);
+		s3 = gpu_seeds(x, w, n, d, &p, C3.data(), &i3, &ph[2], "KMG_PP_NOSHADOW");
+		s4 = gpu_seeds(xp, wp, n, d, &p, C4.data(), &i4, &ph[3], NULL);
 		t0 = now();
-		ref_seeds(x, w, n, d, &p, 0, CR.data());
+		ref_seeds(x, w, n, d, &p, 0, CR.data(), &phr);
 		tr = now() - t0;
 		ok1 = s1 == KM_OK && s2 == KM_OK && memcmp(C1.data(), C2.data(), sizeof(float) * k * d) == 0 &&
-			i1 == i2;
-		ok2 = s3 == KM_OK && memcmp(C1.data(), C3.data(), sizeof(float) * k * d) == 0;
-		ok3 = s4 == KM_OK && memcmp(C1.data(), C4.data(), sizeof(float) * k * d) == 0;
+			i1 == i2 && memcmp(&ph[0], &ph[1], sizeof(double)) == 0;
+		ok2 = s3 == KM_OK && memcmp(C1.data(), C3.data(), sizeof(float) * k * d) == 0 &&
+			memcmp(&ph[0], &ph[2], sizeof(double)) == 0;
+		ok3 = s4 == KM_OK && memcmp(C1.data(), C4.data(), sizeof(float) * k * d) == 0 &&
+			memcmp(&ph[0], &ph[3], sizeof(double)) == 0;
 		okr = memcmp(C1.data(), CR.data(), sizeof(float) * k * d) == 0;
+		okp = memcmp(&ph[0], &phr, sizeof(double)) == 0;
 		{
 			int			first_diff = -1;
 
@@ -1015,11 +1041,13 @@ seed_checks(void)
 				if (memcmp(C1.data() + (size_t) j * d, CR.data() + (size_t) j * d, sizeof(float) * d) != 0)
 					first_diff = j;
 			snprintf(msg, sizeof(msg), "seeds %-24s n=%lld d=%d k=%d: = reference %s (first differing centroid %d), "
+					 "potential = reference %s (%.17g, ref %.17g), "
 					 "twice same %s, filter off same %s, rows permuted same %s; seeded inertia %.6g "
 					 "(gpu %.3f s, ref %.3f s)",
 					 c->name, (long long) n, d, k, okr ? "yes" : "NO", first_diff,
+					 okp ? "yes" : "NO", ph[0], phr,
 					 ok1 ? "yes" : "NO", ok2 ? "yes" : "NO", ok3 ? "yes" : "NO", i1, tg, tr);
-			check(ok1 && ok2 && ok3 && okr, msg);
+			check(ok1 && ok2 && ok3 && okr && okp, msg);
 		}
 #ifdef WITH_CPU_ENGINE
 		{

@@ -145,9 +145,11 @@ ref_cand_cmp(const void *a, const void *b)
 
 static void
 ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
-		 const km_params *p, int run, float *C)
+		 const km_params *p, int run, float *C, double *phi)
 {
 	const int	k = p->k;
+
+	*phi = 0.0;
 
 	if (p->init == KM_INIT_EXPLICIT)
 	{
@@ -295,6 +297,7 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 				if (pot[l] < pot[bl])
 					bl = l;
 			}
+			*phi = kmg_pp_value(pot[bl], shift);
 			memcpy(C + (size_t) s * d, xf + (size_t) cand[bl].row * d, sizeof(float) * d);
 			for (int64_t r = 0; r < n; r++)
 			{
@@ -352,9 +355,10 @@ ref_fit(const float *x, const float *W, int64_t n, int d, const km_params *p,
 					settled = 0,
 					converged = 0,
 					relocated = 0;
-		double		inertia = 0.0;
+		double		inertia = 0.0,
+					phi;
 
-		ref_seed(xf, W, h, n, d, p, run, C);
+		ref_seed(xf, W, h, n, d, p, run, C, &phi);
 		for (int64_t r = 0; r < n; r++)
 			lab[r] = -1;
 		for (t = 1;; t++)
@@ -513,17 +517,22 @@ ref_fit(const float *x, const float *W, int64_t n, int d, const km_params *p,
 	return 0;
 }
 
-/* The seeds of run `run` alone (k x d; cosine: normalised rows). */
+/*
+ * The seeds of run `run` alone (k x d; cosine: normalised rows), and in *phi
+ * k-means++'s last potential (the sum of w D2 over the rows for all k seeds,
+ * as the GPU engine reports it in its last KM_PHASE_SEED progress; 0 for the
+ * other seedings and k = 1).
+ */
 void
 ref_seeds(const float *x, const float *W, int64_t n, int d, const km_params *p, int run,
-		  float *C)
+		  float *C, double *phi)
 {
 	float	   *xf = ref_filter_rows(x, n, d, p->metric == KM_METRIC_COSINE);
 	uint64_t   *h = malloc(sizeof(uint64_t) * n);
 
 	for (int64_t r = 0; r < n; r++)
 		h[r] = km_row_hash(x + (size_t) r * d, d, W ? W[r] : 1.0f);
-	ref_seed(xf, W, h, n, d, p, run, C);
+	ref_seed(xf, W, h, n, d, p, run, C, phi);
 	free(xf);
 	free(h);
 }
