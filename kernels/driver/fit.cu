@@ -166,14 +166,7 @@ kmg_poll(const km_hooks *hooks)
 	return hooks != NULL && hooks->poll != NULL && hooks->poll(hooks->ctx) != 0;
 }
 
-/* KMG_VERBOSE=1: the plan, the graphs and every batch on stderr. */
-static int
-kmg_verbose(void)
-{
-	const char *env = getenv("KMG_VERBOSE");
-
-	return env != NULL && env[0] == '1';
-}
+static_assert(sizeof(kmg_pp_head) <= sizeof(kmg_ctl), "a k-means++ snapshot fits a slot of f->pin");
 
 /*
  * k-means++ of one run (seed/kmeanspp.cu): units are queued in batches, two
@@ -182,8 +175,6 @@ kmg_verbose(void)
  * batch to about 50 ms, and queues exactly the units still needed (one a
  * step, plus a SELECT where a threshold missed).
  */
-static_assert(sizeof(kmg_pp_head) <= sizeof(kmg_ctl), "a k-means++ snapshot fits a slot of f->pin");
-
 static km_status
 kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 {

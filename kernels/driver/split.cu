@@ -1799,7 +1799,7 @@ kmg_split_fit(const km_data *data, const km_params *params, const km_gpu_layout 
 	for (int i = 0; i < KM_GPU_MAX_DEVICES; i++)
 		sp.part[i].ordinal = -1;
 	sp.t0 = kmg_now();
-	sp.verbose = getenv("KMG_VERBOSE") != NULL && getenv("KMG_VERBOSE")[0] == '1';
+	sp.verbose = kmg_verbose();
 	sp.data = data;
 	sp.hooks = hooks;
 	sp.L = *layout;

@@ -89,6 +89,15 @@ kmg_env_off(const char *name)
 	return env != NULL && strcmp(env, "0") == 0;
 }
 
+/* KMG_VERBOSE=1: the drivers' plans, graphs and batches on stderr. */
+static inline int
+kmg_verbose(void)
+{
+	const char *env = getenv("KMG_VERBOSE");
+
+	return env != NULL && env[0] == '1';
+}
+
 /* ctl->stop: why the queued iterations have stopped doing work. */
 enum
 {

@@ -30,7 +30,6 @@ typedef struct kmg_pp_head
 	int			filtered;		/* units that ran the int8 filter */
 	int			dense;			/* units that ran every distance */
 	unsigned int pairs_lo;		/* exact distances of the filtered units (low word) */
-	int			pad;
 	/* potential of the current D2 (seed_pp.h's sum of w D2, as kmg_pp_value); 0 before it is known */
 	double		phi;
 } kmg_pp_head;

@@ -147,8 +147,8 @@ typedef struct km_progress
 	/*
 	 * ITERATE: objective of this iteration's assignment.  SEED, from the
 	 * GPU engine's k-means++: the potential of the centroids chosen so far
-	 * (the sum of w D2 over the rows, as its sampling adds it up; 0 before
-	 * the first is known and from the other seedings).
+	 * (the sum of w D2 over the rows, as its sampling adds it up); 0 before
+	 * it is known, and from the CPU engine and the other seedings.
 	 */
 	double		inertia;
 	double		moved;			/* ITERATE: fraction of rows that changed cluster */
