@@ -62,6 +62,10 @@ PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
 			if (n_init == 0)	/* k-medoids */
 				snprintf(buf, len, "seeded " INT64_FORMAT "/" INT64_FORMAT " medoids",
 						 p->done, p->total);
+			else if (p->inertia > 0.0)	/* k-means++: its potential */
+				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT
+						 " centroids, potential %.6g",
+						 p->run + 1, n_init, p->done, p->total, p->inertia);
 			else
 				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT " centroids",
 						 p->run + 1, n_init, p->done, p->total);

@@ -211,10 +211,11 @@ km_cpu_pack_columns(km_cpu_state *st, int ncols)
 
 /*
  * Report seeding progress: throttled to about twice a second unless final.
- * Returns nonzero when the caller asked to stop.
+ * potential: k-means++'s sum of w D2 over the rows for the centroids chosen
+ * so far (0: not known).  Returns nonzero when the caller asked to stop.
  */
 static int
-km_cpu_seed_report(km_cpu_state *st, int run, int done, double *last, int final)
+km_cpu_seed_report(km_cpu_state *st, int run, int done, double potential, double *last, int final)
 {
 	km_progress p;
 	double		now;
@@ -230,6 +231,7 @@ km_cpu_seed_report(km_cpu_state *st, int run, int done, double *last, int final)
 	p.run = run;
 	p.done = done;
 	p.total = st->k;
+	p.inertia = potential;
 	return km_cpu_report(st, &p);
 }
 
@@ -256,7 +258,7 @@ km_cpu_kmeanspp(km_cpu_state *st, const km_params *params, int run)
 	first = st->merge[0];
 	km_cpu_take_row(st, 0, first.x);
 	if (k == 1)
-		return km_cpu_seed_report(st, run, 1, &last, 1) ? KM_ERR_CANCELLED : KM_OK;
+		return km_cpu_seed_report(st, run, 1, 0.0, &last, 1) ? KM_ERR_CANCELLED : KM_OK;
 
 	/* D2 from it, and the keys of step 1 */
 	memset(&pp, 0, sizeof(pp));
@@ -325,7 +327,8 @@ km_cpu_kmeanspp(km_cpu_state *st, const km_params *params, int run)
 		outcome = best;
 		chosen_col = off + best;
 
-		if (km_cpu_seed_report(st, run, s + 1, &last, s == k - 1))
+		/* pot[best]: the potential with the winner, the sum its pass made for it */
+		if (km_cpu_seed_report(st, run, s + 1, pot[best], &last, s == k - 1))
 			return KM_ERR_CANCELLED;
 	}
 	return KM_OK;

@@ -145,10 +145,14 @@ typedef struct km_progress
 	int64_t		done;
 	int64_t		total;
 	/*
-	 * ITERATE: objective of this iteration's assignment.  SEED, from the
-	 * GPU engine's k-means++: the potential of the centroids chosen so far
-	 * (the sum of w D2 over the rows, as its sampling adds it up); 0 before
-	 * it is known, and from the CPU engine and the other seedings.
+	 * ITERATE: objective of this iteration's assignment.  SEED, from
+	 * k-means++: the potential of the centroids chosen so far, the sum of
+	 * w D2 over the rows as the engine's sampling adds it up (cosine: D2
+	 * between the normalised rows); 0 before it is known (k = 1, the first
+	 * centroid alone) and from the other seedings.  Each engine rounds its
+	 * distances its own way (the GPU's sum is an integer, seed_pp.h; the
+	 * CPU engine's a double sum per thread, so its last bits may change
+	 * with the number of threads).
 	 */
 	double		inertia;
 	double		moved;			/* ITERATE: fraction of rows that changed cluster */

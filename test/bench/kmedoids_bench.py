@@ -100,7 +100,7 @@ def kmedoids_rows(cur, name, X, k, threads):
     return out
 
 
-SEED_LINE = re.compile(r"kmeans: run 1/1: seeded (\d+)/(\d+) centroids, ([0-9.]+) s")
+SEED_LINE = re.compile(r"kmeans: run 1/1: seeded (\d+)/(\d+) centroids(?:, potential [0-9.e+-]+)?, ([0-9.]+) s")
 PREP_LINE = re.compile(r"kmeans: prepared the rows, ([0-9.]+) s")
 
 

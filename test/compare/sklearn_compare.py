@@ -100,6 +100,13 @@ def check_verbose(conn):
               "kmeans_gpu.verbose reports every iteration with inertia, moved fraction and time", text)
     tap.check(re.search(r"INFO:  kmeans: \d+ vectors of \d+ values into 4 clusters", text) is not None,
               "kmeans_gpu.verbose announces the fit", text)
+    # k-means++'s potential (sum of w D2 to the seeds) is what the first iteration's assignment
+    # costs; both are printed to six digits
+    seeded = re.findall(r"INFO:  kmeans: run 1/1: seeded (\d+)/4 centroids, potential ([0-9.e+-]+), [0-9.]+ s", text)
+    first = re.search(r"INFO:  kmeans: run 1/1, iteration 1: inertia ([0-9.e+-]+),", text)
+    tap.check(len(seeded) > 0 and seeded[-1][0] == "4" and first is not None and
+              abs(float(seeded[-1][1]) - float(first.group(1))) <= 2e-5 * float(first.group(1)),
+              "kmeans_gpu.verbose reports k-means++'s potential, the cost of the first assignment", text)
 
 
 def check_threads(cur, conn, rng):

@@ -105,7 +105,9 @@ typedef struct test_ctx
 	int			phases[4];
 	double		finish_inertia[16];
 	int			last_seed_done;
+	double		seed_potential;	/* the last seeding report's */
 	int			first_relocated;
+	double		first_inertia;	/* run 0, iteration 1 */
 } test_ctx;
 
 static void *
@@ -213,9 +215,15 @@ t_report(void *ctx, const km_progress *p)
 	if (p->phase == KM_PHASE_FINISH && p->run < 16)
 		t->finish_inertia[p->run] = p->inertia;
 	if (p->phase == KM_PHASE_SEED)
+	{
 		t->last_seed_done = (int) p->done;
+		t->seed_potential = p->inertia;
+	}
 	if (p->phase == KM_PHASE_ITERATE && p->iteration == 1 && p->run == 0)
+	{
 		t->first_relocated = p->relocated;
+		t->first_inertia = p->inertia;
+	}
 	return t->stop_after_reports > 0 && t->reports >= t->stop_after_reports;
 }
 
@@ -885,6 +893,114 @@ test_blobs(void)
 	fit_free(&f);
 	ds_free(&ds);
 	free(truth);
+}
+
+/*
+ * k-means++ reports its potential with its seeding progress: in the last
+ * report, the sum of w D2 over the rows for the seeds the seed entry gives
+ * (D2 to the nearest seed, computed here in double; cosine: between the
+ * normalised rows), which is also what the first iteration's assignment
+ * costs (cosine: half of it, 1 - cos).  Weighted rows, some of weight 0,
+ * three threads and one.  Random seeds and k = 1 report no potential.
+ */
+static void
+test_seed_potential(void)
+{
+	const int	n = 8000,
+				d = 6,
+				k = 12;
+
+	for (int m = 0; m < 2; m++)
+	{
+		const km_metric metric = m ? KM_METRIC_COSINE : KM_METRIC_L2;
+		dataset		ds = ds_blobs(n, d, 5, 6.0, 0.0, 31 + m, NULL);
+		km_params	p = params_for(k, KM_INIT_KMEANSPP, metric, 99);
+		test_ctx	t3,
+					t1,
+					ts;
+		km_hooks	h3 = hooks_for(&t3, 3),
+					h1 = hooks_for(&t1, 1),
+					hs = hooks_for(&ts, 1);
+		float		seeds[12 * 6];
+		km_error	err;
+		km_status	st;
+		fitres		f3,
+					f1;
+		double		direct = 0.0,
+					rel_seed,
+					rel_iter,
+					rel_threads;
+
+		ds.w = malloc(sizeof(float) * n);
+		for (int64_t r = 0; r < n; r++)
+			ds.w[r] = r % 17 == 0 ? 0.0f : (float) (1 + r % 3);
+		ds_chunk(&ds, 2);
+		p.max_iter = 1;
+		f3 = do_fit(ds_data(&ds), &p, &h3, 0);
+		f1 = do_fit(ds_data(&ds), &p, &h1, 0);
+		st = km_cpu_engine.seed(ds_data(&ds), &p, 0, &hs, seeds, &err);
+		for (int64_t r = 0; r < n; r++)
+		{
+			double		x[6],
+						nx = 0.0,
+						best = INFINITY;
+
+			for (int i = 0; i < d; i++)
+			{
+				x[i] = ds.x[r * d + i];
+				nx += x[i] * x[i];
+			}
+			for (int i = 0; i < d && m; i++)
+				x[i] /= sqrt(nx);
+			for (int j = 0; j < k; j++)
+			{
+				double		c[6],
+							nc = 0.0,
+							e = 0.0;
+
+				for (int i = 0; i < d; i++)
+				{
+					c[i] = seeds[j * d + i];
+					nc += c[i] * c[i];
+				}
+				for (int i = 0; i < d; i++)
+				{
+					const double t = x[i] - (m ? c[i] / sqrt(nc) : c[i]);
+
+					e += t * t;
+				}
+				best = e < best ? e : best;
+			}
+			direct += (double) ds.w[r] * best;
+		}
+		rel_seed = fabs(t3.seed_potential - direct) / direct;
+		rel_iter = fabs(t3.first_inertia - (m ? 0.5 * direct : direct)) / direct;
+		rel_threads = fabs(t1.seed_potential - t3.seed_potential) / direct;
+		ok(f3.status == KM_OK && f1.status == KM_OK && st == KM_OK && direct > 0.0 &&
+		   t3.seed_potential > 0.0 && rel_seed <= 1e-5 && rel_iter <= 1e-5 && rel_threads <= 1e-12 &&
+		   ts.seed_potential == t1.seed_potential,
+		   "k-means++ reports its potential: the seeds' sum of w D2 (%s; relative differences %.1e to "
+		   "the direct sum, %.1e to the first iteration, %.1e between 3 threads and 1)",
+		   m ? "cosine" : "l2", rel_seed, rel_iter, rel_threads);
+		fit_free(&f3);
+		fit_free(&f1);
+
+		/* random seeds, and k-means++ with one centroid: no potential */
+		p.init = KM_INIT_RANDOM;
+		t3.seed_potential = 0.0;
+		f3 = do_fit(ds_data(&ds), &p, &h3, 0);
+		ok(f3.status == KM_OK && t3.seed_potential == 0.0,
+		   "random seeds report no potential (%s)", m ? "cosine" : "l2");
+		fit_free(&f3);
+		p.init = KM_INIT_KMEANSPP;
+		p.k = 1;
+		t3.last_seed_done = 0;
+		f3 = do_fit(ds_data(&ds), &p, &h3, 0);
+		ok(f3.status == KM_OK && t3.last_seed_done == 1 && t3.seed_potential == 0.0,
+		   "k-means++ with k = 1 reports no potential (%s)", m ? "cosine" : "l2");
+		fit_free(&f3);
+		ds_free(&ds);
+	}
 }
 
 /* The same call twice gives the same model, bit for bit. */
@@ -2377,6 +2493,7 @@ main(void)
 	test_nearest_row();
 	test_fit_exact();
 	test_blobs();
+	test_seed_potential();
 	test_deterministic();
 	test_order_independence();
 	test_threads();
