@@ -16,7 +16,8 @@
  *	- every block owns a contiguous range of rows, cut into tiles of
  *	  256 x R rows; a thread holds its R rows in registers (16-byte loads,
  *	  coalesced across the warp), and the next tile's loads are issued before
- *	  the current tile's sums, so HBM never waits for the arithmetic;
+ *	  the current tile's sums, so HBM never waits for the arithmetic (the
+ *	  loads have no branch, kmg_narrow_load_rows says why);
  *	- the centroids (times -2, centred when l2 is centred) sit in shared
  *	  memory and are read as broadcasts; each row keeps a running best and
  *	  second (no k-wide arrays in registers);
@@ -192,39 +193,59 @@ kmg_narrow_centroids_store(int tid, const kmg_narrow_smem &sm, const kmg_narrow_
 
 /*
  * This thread's R rows of the tile at base (row = base + r * NT + tid) into
- * registers, 16 bytes a load, with their old labels and weights; past r1,
- * zeros with weight 0.
+ * registers, 16 bytes a load, with their weights.  A place past r1 loads
+ * the block's last row (row 0 for an empty block at the start of the
+ * data), so the loads have no branch: with one, the compiler loaded each
+ * row into temporaries and copied them into xr at the branch's join, and
+ * each copy waited for its row (four round trips in turn where the next
+ * tile's loads were meant to be in flight under the sums).  Such a place is
+ * never used: the settling gives it label -1 (no estimate, no label stored,
+ * no moved count), the sums take no row of label -1 (the tensor cores'
+ * indicator is 0 for it, and its values, a real row's, are finite), and its
+ * weight is never read for a sum.
  */
+static __device__ __forceinline__ int64_t
+kmg_narrow_at(int64_t row, int64_t r1)
+{
+	return max(row < r1 ? row : r1 - 1, (int64_t) 0);	/* a row of the data (n >= 1) */
+}
+
+template <int DP, int R>
+__device__ __forceinline__ void
+kmg_narrow_load_rows(int tid, const kmg_args &a, int64_t base, int64_t r1, float4 (&xr)[R][DP / 4],
+					 float (&wr)[R])
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		const int64_t at = kmg_narrow_at(base + (int64_t) r * KMG_NARROW_NT + tid, r1);
+		const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) at * DP);
+
+#pragma unroll
+		for (int q = 0; q < DP / 4; q++)
+			xr[r][q] = src[q];
+		wr[r] = a.W != NULL ? a.W[at] : 1.0f;
+	}
+}
+
+/* The same places' labels of the pass before (MODE_ITER; -1 otherwise). */
+template <int R>
+__device__ __forceinline__ void
+kmg_narrow_load_old(int tid, const kmg_args &a, int64_t base, int64_t r1, int iter, int (&old)[R])
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		old[r] = iter ? a.labels[kmg_narrow_at(base + (int64_t) r * KMG_NARROW_NT + tid, r1)] : -1;
+}
+
+/* Both: the next tile's loads. */
 template <int DP, int R>
 __device__ __forceinline__ void
 kmg_narrow_load(int tid, const kmg_args &a, int64_t base, int64_t r1, int iter, float4 (&xr)[R][DP / 4],
 				int (&old)[R], float (&wr)[R])
 {
-
-#pragma unroll
-	for (int r = 0; r < R; r++)
-	{
-		const int64_t row = base + (int64_t) r * KMG_NARROW_NT + tid;
-
-		if (row < r1)
-		{
-			const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) row * DP);
-
-#pragma unroll
-			for (int q = 0; q < DP / 4; q++)
-				xr[r][q] = src[q];
-			old[r] = iter ? a.labels[row] : -1;
-			wr[r] = a.W != NULL ? a.W[row] : 1.0f;
-		}
-		else
-		{
-#pragma unroll
-			for (int q = 0; q < DP / 4; q++)
-				xr[r][q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-			old[r] = -1;
-			wr[r] = 0.0f;
-		}
-	}
+	kmg_narrow_load_rows<DP, R>(tid, a, base, r1, xr, wr);
+	kmg_narrow_load_old<R>(tid, a, base, r1, iter, old);
 }
 
 /*
@@ -1029,17 +1050,19 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 		kmg_narrow_filter<DP, KB, R>(sm, xr, f1, f2, b);
 		kmg_narrow_settle<DP, R>(tid, a, sm, d, k, cosine, base, r1, iter, cmax, all_exact, xr, old,
 								 wr, xx, f1, f2, b, lab, est, moved, nexact);
+		/*
+		 * The next tile's loads, in flight while the sums run; after the
+		 * last tile they read the block's last row again (no branch: see
+		 * kmg_narrow_load_rows).
+		 */
 		if (!iter)
 		{
-			if (base + TR < r1)
-				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 			continue;
 		}
 		if constexpr (MMA)
 		{
-			/* the next tile's loads, in flight while the sums run */
-			if (base + TR < r1)
-				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 			__syncwarp();		/* the warp's rows are staged */
 			if (weighted)
 				kmg_narrow_mma_sums<DP, KB, R, true>(lane, warp, sm, lab, s_cnt, macc, maccw);
@@ -1048,9 +1071,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 			continue;
 		}
 		kmg_narrow_mark<KB, R>(tid, lane, warp, sm, k, lab);
-		/* the next tile's loads, in flight while the sums run */
-		if (base + TR < r1)
-			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+		kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 		__syncthreads();
 		kmg_narrow_order<KB, R>(tid, lane, warp, sm, k, lab, s_count, s_start);
 		kmg_narrow_sums<DP, CPTL>(tid, a, sm, d, ncol, ncell, s_count, s_start, acc, cnt);
