@@ -80,7 +80,8 @@ typedef struct kmg_assign_plan
 	int			nblocks;		/* persistent grid */
 	int			bytes;			/* wide: a fit's iterations may run bytes.cu, when its
 								 * rows are all bytes (kmg_assign_prepare sets it up) */
-	int			overlap;		/* bytes.cu's launches overlap each other (compute
+	int			overlap;		/* a fit's narrow passes, or bytes.cu's launches,
+								 * overlap the kernel before them (compute
 								 * capability 9 and above; KMG_OVERLAP=0: not) */
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */

@@ -78,6 +78,7 @@
  * counting sort for k <= 8192 (update/sort.cu).
  */
 #include "kmg_common.cuh"
+#include "kmg_device.cuh"
 #include "assign/assign.cuh"
 #include "update/update.cuh"
 
@@ -285,7 +286,10 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	int			ok = 0;
 
 	if (path == KMG_PATH_NARROW)
+	{
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
+		p.overlap = ok && (lim.cc_major == 0 || lim.cc_major >= 9) && !kmg_env_off("KMG_OVERLAP");
+	}
 	else if (path == KMG_PATH_WIDE)
 	{
 		ok = kmg_plan_wide(&p, n, dp, k, &lim);
@@ -374,6 +378,15 @@ kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaS
 	if (!kmg_plan_fused(plan) || plan->fn == NULL || a->dp != plan->dp ||
 		(plan->path == KMG_PATH_WIDE && a->wrow == NULL))
 		return cudaErrorInvalidValue;
+	/*
+	 * A fit's narrow passes overlap the kernel before them (the pass reads
+	 * only the rows and weights before its wait, and a fit writes those
+	 * before it seeds); a labels pass may follow the kernel that wrote its
+	 * rows, so it waits for it whole.
+	 */
+	if (plan->path == KMG_PATH_NARROW && mode == KMG_MODE_ITER)
+		return kmg_launch_overlapped(plan->overlap, plan->fn, dim3(plan->nblocks), dim3(plan->threads), plan->smem,
+									 stream, *a, mode, plan->nstage, plan->groups);
 	plan->fn<<<plan->nblocks, plan->threads, plan->smem, stream>>>(*a, mode, plan->nstage,
 																	mode == KMG_MODE_ITER ? plan->groups : 0);
 	return cudaGetLastError();

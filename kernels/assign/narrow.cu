@@ -18,6 +18,9 @@
  *	  coalesced across the warp), and the next tile's loads are issued before
  *	  the current tile's sums, so HBM never waits for the arithmetic (the
  *	  loads have no branch, kmg_narrow_load_rows says why);
+ *	- a fit's passes are launched to overlap the kernel before them
+ *	  (kmg_launch_overlapped): a block starts as soon as an SM has room, and
+ *	  its first tile's rows are on their way while the pass before ends;
  *	- the centroids (times -2, centred when l2 is centred) sit in shared
  *	  memory and are read as broadcasts; each row keeps a running best and
  *	  second (no k-wide arrays in registers);
@@ -976,28 +979,36 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	const int	iter = mode == KMG_MODE_ITER;
 	const int	cosine = a.cosine;
 
-	/* the run's state and the centroids, asked for together (one round trip, not three) */
+	const int64_t n = a.n;
+	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
+	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
+
+	/*
+	 * The rows of a tile, in registers: row = base + r * NT + tid.  The
+	 * first tile's rows and weights are on their way before the wait for
+	 * the kernel before (a fit's iterations are launched overlapped,
+	 * kmg_fused_launch: nothing in a fit writes them after the rows are
+	 * prepared); everything else the pass reads comes after it.
+	 */
+	float4		xr[R][DP / 4];
+	int			old[R];
+	float		wr[R];
+
+	kmg_narrow_load_rows<DP, R>(tid, a, r0, r1, xr, wr);
+	kmg_grid_wait();
+	kmg_grid_release();
+
+	/* the run's state, the centroids and the old labels, asked for together (one round trip) */
 	const int	stop = a.lloyd ? *(volatile int *) &a.ctl->stop : KMG_RUN;
 	const float cmax = a.ctl->cmax;
 	const int	all_exact = a.ctl->all_exact;
 	kmg_narrow_cload<DP, KB> cload;
 
 	kmg_narrow_centroids_load<DP, KB>(tid, a, k, cosine, cload);
+	kmg_narrow_load_old<R>(tid, a, r0, r1, iter, old);
 	if (stop != KMG_RUN)
 		return;
-
-	const int64_t n = a.n;
-	const int64_t r0 = (int64_t) blockIdx.x * n / gridDim.x;
-	const int64_t r1 = (int64_t) (blockIdx.x + 1) * n / gridDim.x;
-
 	kmg_narrow_centroids_store<DP, KB>(tid, sm, cload);
-
-	/* the rows of a tile, in registers: row = base + r * NT + tid; the first tile's in flight from here */
-	float4		xr[R][DP / 4];
-	int			old[R];
-	float		wr[R];
-
-	kmg_narrow_load<DP, R>(tid, a, r0, r1, iter, xr, old, wr);
 
 	/* cells of the sums: (cluster j, column c), c == d is the weight */
 	const int	ncol = d + 1;
