@@ -28,6 +28,7 @@
  *   tol = 0, explicit init, rows already uploaded (dataset API), data made
  *   by test/bench/kmeans_bench.c's generator (blobs plus 10% noise); and in
  *   the same run cuBLAS SGEMM of (n x d)(d x k), strict fp32, and the ratio.
+ *   BENCH_ONLY=i: shape i alone; BENCH_N2=m: N2 = m for every shape.
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -1675,6 +1676,13 @@ bench(void)
 		const int64_t n = shapes[s].n;
 		const int	d = shapes[s].d,
 					k = shapes[s].k;
+		/*
+		 * BENCH_N2=m: the longer fit runs to m iterations (a fit's set-up,
+		 * which varies by some 100 us from fit to fit, then weighs less in
+		 * a short iteration's figure)
+		 */
+		const int	n2 = getenv("BENCH_N2") != NULL && atoi(getenv("BENCH_N2")) > shapes[s].n1 ?
+			atoi(getenv("BENCH_N2")) : shapes[s].n2;
 		float	   *x = generate(n, d, k, 1234 + s, shapes[s].kind);
 		float	   *init = (float *) malloc(sizeof(float) * k * d);
 		km_error	err;
@@ -1711,16 +1719,16 @@ bench(void)
 		for (int rep = 0; rep < 3; rep++)
 		{
 			best1 = std::min(best1, fit_seconds(ds, &p, d, shapes[s].n1, &i1));
-			best2 = std::min(best2, fit_seconds(ds, &p, d, shapes[s].n2, &i2));
+			best2 = std::min(best2, fit_seconds(ds, &p, d, n2, &i2));
 		}
 		per = (best2 - best1) / (i2 - i1 > 0 ? i2 - i1 : 1);
 		if (getenv("BENCH_VERBOSE") != NULL)
 		{
 			/* one more fit with the engine's per-batch trace (KMG_VERBOSE) on stderr */
 			fprintf(stderr, "== trace (%lld,%d,%d) kind %d, max_iter %d\n", (long long) n, d, k,
-					shapes[s].kind, shapes[s].n2);
+					shapes[s].kind, n2);
 			setenv("KMG_VERBOSE", "1", 1);
-			(void) fit_seconds(ds, &p, d, shapes[s].n2, &i2);
+			(void) fit_seconds(ds, &p, d, n2, &i2);
 			unsetenv("KMG_VERBOSE");
 		}
 		api->dataset_free(ds);
