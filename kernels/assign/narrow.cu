@@ -203,9 +203,9 @@ kmg_narrow_centroids_store(int tid, const kmg_narrow_smem &sm, const kmg_narrow_
  * each copy waited for its row (four round trips in turn where the next
  * tile's loads were meant to be in flight under the sums).  Such a place is
  * never used: the settling gives it label -1 (no estimate, no label stored,
- * no moved count), the sums take no row of label -1 (the tensor cores'
- * indicator is 0 for it, and its values, a real row's, are finite), and its
- * weight is never read for a sum.
+ * no moved count), and the sums take no row of label -1: the listing lists
+ * none, and the tensor cores multiply its values and weight (a real row's,
+ * finite) by an indicator of 0.
  */
 static __device__ __forceinline__ int64_t
 kmg_narrow_at(int64_t row, int64_t r1)
