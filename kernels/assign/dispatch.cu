@@ -169,6 +169,16 @@ kmg_plan_wide(kmg_assign_plan *p, int64_t n, int dp, int k, const kmg_device *li
 }
 
 /*
+ * Programmatic dependent launch (kmg_launch_overlapped): compute capability
+ * 9 on (or no device yet), unless KMG_OVERLAP=0.
+ */
+static int
+kmg_overlap_on(const kmg_device *lim)
+{
+	return (lim->cc_major == 0 || lim->cc_major >= 9) && !kmg_env_off("KMG_OVERLAP");
+}
+
+/*
  * The wide row's byte pass (bytes.cu) for a fit's iterations; whether the
  * rows are all bytes is known only once they are on the device.  Compute
  * capability 9 and above (its tiles arrive by bulk copies).  KMG_BYTES=0
@@ -288,13 +298,13 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	if (path == KMG_PATH_NARROW)
 	{
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
-		p.overlap = ok && (lim.cc_major == 0 || lim.cc_major >= 9) && !kmg_env_off("KMG_OVERLAP");
+		p.overlap = ok && kmg_overlap_on(&lim);
 	}
 	else if (path == KMG_PATH_WIDE)
 	{
 		ok = kmg_plan_wide(&p, n, dp, k, &lim);
 		p.bytes = ok && kmg_plan_bytes(n, d, k, mode, &lim);
-		p.overlap = p.bytes && !kmg_env_off("KMG_OVERLAP");	/* kmg_plan_bytes: compute capability 9 */
+		p.overlap = p.bytes && kmg_overlap_on(&lim);
 	}
 	else if (path == KMG_PATH_DIRECT)
 		ok = kmg_plan_direct(&p, n, dp, k, mode, &lim);
@@ -382,14 +392,11 @@ kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaS
 	 * A fit's narrow passes overlap the kernel before them (the pass reads
 	 * only the rows and weights before its wait, and a fit writes those
 	 * before it seeds); a labels pass may follow the kernel that wrote its
-	 * rows, so it waits for it whole.
+	 * rows, so it waits for it whole, as the wide and direct passes do.
 	 */
-	if (plan->path == KMG_PATH_NARROW && mode == KMG_MODE_ITER)
-		return kmg_launch_overlapped(plan->overlap, plan->fn, dim3(plan->nblocks), dim3(plan->threads), plan->smem,
-									 stream, *a, mode, plan->nstage, plan->groups);
-	plan->fn<<<plan->nblocks, plan->threads, plan->smem, stream>>>(*a, mode, plan->nstage,
-																	mode == KMG_MODE_ITER ? plan->groups : 0);
-	return cudaGetLastError();
+	return kmg_launch_overlapped(plan->overlap && plan->path == KMG_PATH_NARROW && mode == KMG_MODE_ITER, plan->fn,
+								 dim3(plan->nblocks), dim3(plan->threads), plan->smem, stream, *a, mode,
+								 plan->nstage, mode == KMG_MODE_ITER ? plan->groups : 0);
 }
 
 /*
