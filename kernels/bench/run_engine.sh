@@ -57,6 +57,13 @@ if want seed; then
 	timeout $(cap 80) $B/bench_engine seed > "$L/seed_checks.log" 2>&1
 	echo "seed checks rc=$?: $(grep -c '^ok' "$L/seed_checks.log") ok, $(grep -c '^FAIL' "$L/seed_checks.log") FAIL [$SECONDS s]" >> "$S"
 	grep -E '^FAIL' "$L/seed_checks.log" | cut -c1-300 | head -12 >> "$S"
+	# the unit kernel's instances for 16 and 24 candidates, which a fit takes only from k ~ 60 000
+	for lb in 16 24; do
+		want seed 20 || break
+		KMG_PP_LB=$lb timeout $(cap 40) $B/bench_engine seed > "$L/seed_checks_lb$lb.log" 2>&1
+		echo "seed checks, KMG_PP_LB=$lb rc=$?: $(grep -c '^ok' "$L/seed_checks_lb$lb.log") ok, $(grep -c '^FAIL' "$L/seed_checks_lb$lb.log") FAIL [$SECONDS s]" >> "$S"
+		grep -E '^FAIL' "$L/seed_checks_lb$lb.log" | cut -c1-300 | head -6 >> "$S"
+	done
 fi
 if want seedbench; then
 	timeout $(cap 60) $B/bench_engine seedbench > "$L/seed_bench.log" 2> "$L/seed_bench.trace"

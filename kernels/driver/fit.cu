@@ -894,8 +894,8 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 		KMG_CK(kmg_pp_prepare(&f.w.sb, rows->n, f.sh.dp, dev));
 		kmg_make_pp_graph(&f);
 		if (kmg_verbose())
-			fprintf(stderr, "kmg: k-means++ units %s, shadow rows' L2 window %zu bytes\n",
-					f.ppgraph != NULL ? "in graphs" : "launched one by one", f.w.sb.qwindow);
+			fprintf(stderr, "kmg: k-means++ units %s (%d candidates a step, instance %d), shadow rows' L2 window %zu bytes\n",
+					f.ppgraph != NULL ? "in graphs" : "launched one by one", f.w.sb.L, f.w.sb.lb, f.w.sb.qwindow);
 	}
 
 	for (int run = 0; run < params->n_init; run++)

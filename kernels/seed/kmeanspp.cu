@@ -1720,6 +1720,24 @@ kmg_pp_kernel_of(int lb)
 }
 
 /*
+ * The unit kernel's candidate bound LB for L candidates a step: the
+ * smallest instance >= L.  KMG_PP_LB=16 or 24 (a development switch) takes
+ * that instance when L needs a smaller one, so that the instances a user
+ * meets only from k ~ 60 000 (16) or 3.3 million (24), whose dense stage
+ * loads its columns in two rounds, run on small data against the C
+ * reference (bench_engine seed).
+ */
+static int
+kmg_pp_instance(int L)
+{
+	const int	lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
+	const char *env = getenv("KMG_PP_LB");
+	const int	want = env != NULL ? atoi(env) : 0;
+
+	return (want == 16 || want == KMG_PP_LMAX) && want > lb ? want : lb;
+}
+
+/*
  * Once per fit: the candidate tile, shared memory and grid of the unit
  * kernel, and the bytes of shadow rows its L2 window covers: n dq, up to the
  * device's largest window (sb->L, sb->dq, sb->q8 and sb->nblocks set; n
@@ -1736,7 +1754,7 @@ kmg_pp_prepare(kmg_seed_bufs *sb, int64_t n, int dp, const kmg_device *dev)
 
 	sb->qwindow = kmg_env_off("KMG_PP_WINDOW") ? 0 : qbytes < dev->max_window ? qbytes : dev->max_window;
 
-	sb->lb = L <= 4 ? 4 : L <= 8 ? 8 : L <= 12 ? 12 : L <= 16 ? 16 : KMG_PP_LMAX;
+	sb->lb = kmg_pp_instance(L);
 	sb->smem = kmg_pp_smem_bytes(sb->lb, dp, sb->q8 != NULL ? sb->dq : 0);
 	fn = (const void *) kmg_pp_kernel_of(sb->lb);
 	if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
