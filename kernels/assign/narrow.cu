@@ -103,14 +103,20 @@ kmg_narrow_layout_of(int DP, int KB, int R)
 }
 
 /*
- * Rows per thread for a padded width: 32 floats of rows in registers, two
- * blocks an SM (128 registers a thread; three blocks would leave 80, and
- * every instance then spills 76 to 600 bytes).
+ * Rows per thread for a padded width: at most 32 floats of rows in
+ * registers, two blocks an SM (128 registers a thread; three blocks would
+ * leave 80, and every instance then spills 76 to 600 bytes).  Three, not
+ * four, at dp = 8: a block's range seldom fills its last tile, and every
+ * warp runs every tile, so at 1M rows over 264 blocks (3788 rows a block)
+ * tiles of 1024 rows make four trips over 4096 places and tiles of 768
+ * five over 3840; on an H200 the iteration took 1.5 us less on uniform
+ * rows (NOTES, round 27), where the smaller tile's cost a row (the
+ * centroids' reads shared by three rows, not four) is about 1 % more.
  */
 static __host__ __device__ constexpr int
 kmg_narrow_rows(int DP)
 {
-	return DP <= 8 ? 4 : DP <= 16 ? 2 : 1;
+	return DP <= 8 ? 3 : DP <= 16 ? 2 : 1;
 }
 
 #define KMG_NARROW_BPS 2		/* blocks per SM */
