@@ -28,7 +28,8 @@
  *   tol = 0, explicit init, rows already uploaded (dataset API), data made
  *   by test/bench/kmeans_bench.c's generator (blobs plus 10% noise); and in
  *   the same run cuBLAS SGEMM of (n x d)(d x k), strict fp32, and the ratio.
- *   BENCH_ONLY=i: shape i alone; BENCH_N2=m: N2 = m for every shape.
+ *   BENCH_ONLY=i: shape i alone; BENCH_N2=m: N2 = m for every shape; BENCH_N=m:
+ *   m rows for every shape.
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -1673,7 +1674,9 @@ bench(void)
 		if (getenv("BENCH_ONLY") != NULL && atoi(getenv("BENCH_ONLY")) != (int) s)
 			continue;
 
-		const int64_t n = shapes[s].n;
+		/* BENCH_N=m: m rows instead of the shape's (a pass's tiles at other sizes) */
+		const int64_t n = getenv("BENCH_N") != NULL && atoll(getenv("BENCH_N")) > 0 ?
+			atoll(getenv("BENCH_N")) : shapes[s].n;
 		const int	d = shapes[s].d,
 					k = shapes[s].k;
 		/*
