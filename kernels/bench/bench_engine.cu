@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kmeans_gpu_cuda.h"
@@ -870,27 +871,55 @@ api_checks(void)
 
 /* ---- k-means++ seeding: the seeds themselves ---- */
 
-/* hooks->report for gpu_seeds: the last KM_PHASE_SEED report's potential */
+/* A GPU fit's KM_PHASE_SEED reports: (seeds done, potential) of each, in order. */
+typedef std::vector<std::pair<int64_t, double>> seed_reports;
+
+/* hooks->report for gpu_seeds */
 static int
 seed_phi_report(void *ctx, const km_progress *pr)
 {
 	if (pr->phase == KM_PHASE_SEED)
-		*(double *) ctx = pr->inertia;
+		((seed_reports *) ctx)->push_back(std::make_pair(pr->done, pr->inertia));
 	return 0;
+}
+
+/*
+ * Whether a fit's seeding reports hold the reference's potentials (phis[m]:
+ * m seeds chosen, ref_seeds) bit for bit, every one and the last with all k
+ * seeds, with at least one report before the last (the check would
+ * otherwise see none of them); *nmid counts those.
+ */
+static int
+seed_reports_ok(const seed_reports &reps, const std::vector<double> &phis, int k, int *nmid)
+{
+	int			ok = !reps.empty() && reps.back().first == k;
+
+	*nmid = 0;
+	for (size_t i = 0; i < reps.size(); i++)
+	{
+		const int64_t m = reps[i].first;
+
+		if (m < 1 || m > k || memcmp(&reps[i].second, &phis[m], sizeof(double)) != 0)
+			ok = 0;
+		if (i + 1 < reps.size())
+			(*nmid)++;
+	}
+	return ok && *nmid > 0;
 }
 
 /*
  * A GPU fit that stops at the seeds (KMG_SEED_ONLY=1: no Lloyd iteration;
  * the final pass labels the rows for the seeds); env: extra variable to set
  * for this fit (NULL: none).  Returns the status; C (k x d), *inertia and
- * *phi, k-means++'s potential over all k seeds (its last KM_PHASE_SEED
- * report): an integer sum of every row's w D2, so it holds each D2 bit for
- * bit where the seeds alone may not (a different rounding of one distance
- * seldom changes a draw).
+ * reps, its KM_PHASE_SEED reports, one after every batch of units
+ * (KMG_REPORT_INTERVAL=0), the last with k-means++'s potential over all k
+ * seeds: each an integer sum of every row's w D2, so it holds each D2 bit
+ * for bit where the seeds alone may not (a different rounding of one
+ * distance seldom changes a draw).
  */
 static km_status
 gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, float *C,
-		  double *inertia, double *phi, const char *env)
+		  double *inertia, seed_reports *reps, const char *env)
 {
 	km_chunk	ch = {x, w, n};
 	km_data		data = {d, 1, &ch, n};
@@ -900,19 +929,21 @@ gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, 
 	km_hooks	hk;
 
 	memset(&hk, 0, sizeof(hk));
-	hk.ctx = phi;
+	hk.ctx = reps;
 	hk.report = seed_phi_report;
-	*phi = -1.0;
+	reps->clear();
 
 	r.centroids = C;
 	r.sizes = (int64_t *) malloc(sizeof(int64_t) * p->k);
 	r.cluster_inertia = (double *) malloc(sizeof(double) * p->k);
 	r.labels = NULL;
 	setenv("KMG_SEED_ONLY", "1", 1);
+	setenv("KMG_REPORT_INTERVAL", "0", 1);
 	if (env != NULL)
 		setenv(env, "1", 1);
 	st = api->engine->fit(&data, p, &hk, &r, &err);
 	unsetenv("KMG_SEED_ONLY");
+	unsetenv("KMG_REPORT_INTERVAL");
 	if (env != NULL)
 		unsetenv(env);
 	if (st != KM_OK)
@@ -925,8 +956,9 @@ gpu_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p, 
 
 /*
  * Seeding checks: GPU seeds and potential against the reference's (bit for
- * bit), the same twice, with the int8 filter off (KMG_PP_NOSHADOW: every
- * distance computed), and on the rows in another order; then k-means++
+ * bit: the last report's and every report's before it), the same twice,
+ * with the int8 filter off (KMG_PP_NOSHADOW: every distance computed), and
+ * on the rows in another order; then k-means++
  * quality: one Lloyd iteration after the seeds, GPU against the CPU engine
  * (inertia).
  */
@@ -970,8 +1002,7 @@ seed_checks(void)
 					i2 = 0,
 					i3 = 0,
 					i4 = 0,
-					ph[4],		/* the GPU fits' potentials (gpu_seeds), in the order of C1..C4 */
-					phr,		/* the reference's */
+					ph[4],		/* the GPU fits' last potentials (gpu_seeds), in the order of C1..C4 */
 					t0,
 					tg,
 					tr;
@@ -979,7 +1010,11 @@ seed_checks(void)
 					ok2,
 					ok3,
 					okr,
-					okp;
+					okp,
+					okm = 1,
+					nmid[4];
+		seed_reports reps[4];
+		std::vector<double> phis((size_t) k + 1);
 		km_status	s1,
 					s2,
 					s3,
@@ -1020,14 +1055,19 @@ seed_checks(void)
 		p.n_init = 1;
 
 		t0 = now();
-		s1 = gpu_seeds(x, w, n, d, &p, C1.data(), &i1, &ph[0], NULL);
+		s1 = gpu_seeds(x, w, n, d, &p, C1.data(), &i1, &reps[0], NULL);
 		tg = now() - t0;
-		s2 = gpu_seeds(x, w, n, d, &p, C2.data(), &i2, &ph[1], NULL);
-		s3 = gpu_seeds(x, w, n, d, &p, C3.data(), &i3, &ph[2], "KMG_PP_NOSHADOW");
-		s4 = gpu_seeds(xp, wp, n, d, &p, C4.data(), &i4, &ph[3], NULL);
+		s2 = gpu_seeds(x, w, n, d, &p, C2.data(), &i2, &reps[1], NULL);
+		s3 = gpu_seeds(x, w, n, d, &p, C3.data(), &i3, &reps[2], "KMG_PP_NOSHADOW");
+		s4 = gpu_seeds(xp, wp, n, d, &p, C4.data(), &i4, &reps[3], NULL);
 		t0 = now();
-		ref_seeds(x, w, n, d, &p, 0, CR.data(), &phr);
+		ref_seeds(x, w, n, d, &p, 0, CR.data(), phis.data());
 		tr = now() - t0;
+		for (int f = 0; f < 4; f++)
+		{
+			ph[f] = reps[f].empty() ? -1.0 : reps[f].back().second;
+			okm &= seed_reports_ok(reps[f], phis, k, &nmid[f]);
+		}
 		ok1 = s1 == KM_OK && s2 == KM_OK && memcmp(C1.data(), C2.data(), sizeof(float) * k * d) == 0 &&
 			i1 == i2 && memcmp(&ph[0], &ph[1], sizeof(double)) == 0;
 		ok2 = s3 == KM_OK && memcmp(C1.data(), C3.data(), sizeof(float) * k * d) == 0 &&
@@ -1035,7 +1075,7 @@ seed_checks(void)
 		ok3 = s4 == KM_OK && memcmp(C1.data(), C4.data(), sizeof(float) * k * d) == 0 &&
 			memcmp(&ph[0], &ph[3], sizeof(double)) == 0;
 		okr = memcmp(C1.data(), CR.data(), sizeof(float) * k * d) == 0;
-		okp = memcmp(&ph[0], &phr, sizeof(double)) == 0;
+		okp = memcmp(&ph[0], &phis[k], sizeof(double)) == 0;
 		{
 			int			first_diff = -1;
 
@@ -1043,13 +1083,15 @@ seed_checks(void)
 				if (memcmp(C1.data() + (size_t) j * d, CR.data() + (size_t) j * d, sizeof(float) * d) != 0)
 					first_diff = j;
 			snprintf(msg, sizeof(msg), "seeds %-24s n=%lld d=%d k=%d: = reference %s (first differing centroid %d), "
-					 "potential = reference %s (%.17g, ref %.17g), "
+					 "potential = reference %s (%.17g, ref %.17g), the %d, %d, %d, %d reports before "
+					 "= reference %s, "
 					 "twice same %s, filter off same %s, rows permuted same %s; seeded inertia %.6g "
 					 "(gpu %.3f s, ref %.3f s)",
 					 c->name, (long long) n, d, k, okr ? "yes" : "NO", first_diff,
-					 okp ? "yes" : "NO", ph[0], phr,
+					 okp ? "yes" : "NO", ph[0], phis[k], nmid[0], nmid[1], nmid[2], nmid[3],
+					 okm ? "yes" : "NO",
 					 ok1 ? "yes" : "NO", ok2 ? "yes" : "NO", ok3 ? "yes" : "NO", i1, tg, tr);
-			check(ok1 && ok2 && ok3 && okr && okp, msg);
+			check(ok1 && ok2 && ok3 && okr && okp && okm, msg);
 		}
 #ifdef WITH_CPU_ENGINE
 		{

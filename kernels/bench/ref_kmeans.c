@@ -143,13 +143,22 @@ ref_cand_cmp(const void *a, const void *b)
 	return p->row < q->row ? -1 : p->row > q->row;
 }
 
+/*
+ * The seeds of run `run` into C.  phis (NULL: not wanted), k + 1 entries:
+ * phis[m] is k-means++'s potential with its first m seeds chosen (the sum of
+ * w D2 as seed_pp.h adds it up, which the GPU engine reports with m seeds
+ * done), phis[0] and phis[1] of a run with k = 1 and every entry of the
+ * other seedings 0.
+ */
 static void
 ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
-		 const km_params *p, int run, float *C, double *phi)
+		 const km_params *p, int run, float *C, double *phis)
 {
 	const int	k = p->k;
 
-	*phi = 0.0;
+	if (phis != NULL)
+		for (int m = 0; m <= k; m++)
+			phis[m] = 0.0;
 
 	if (p->init == KM_INIT_EXPLICIT)
 	{
@@ -220,6 +229,20 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 #pragma omp parallel for
 		for (int64_t r = 0; r < n; r++)
 			D2[r] = kmg_pp_d2(xf + (size_t) r * d, C, d);
+		if (phis != NULL && k > 1)
+		{
+			/* one seed: the potential the first SELECT adds up (k = 1 reports none) */
+			uint64_t	acc = 0;
+
+			for (int64_t r = 0; r < n; r++)
+			{
+				const float w = W ? W[r] : 1.0f;
+
+				if (w > 0.0f)
+					acc += kmg_pp_term(w, D2[r], shift);
+			}
+			phis[1] = kmg_pp_value(acc, shift);
+		}
 
 		for (int s = 1; s < k; s++)
 		{
@@ -297,7 +320,8 @@ ref_seed(const float *xf, const float *W, const uint64_t *h, int64_t n, int d,
 				if (pot[l] < pot[bl])
 					bl = l;
 			}
-			*phi = kmg_pp_value(pot[bl], shift);
+			if (phis != NULL)
+				phis[s + 1] = kmg_pp_value(pot[bl], shift);
 			memcpy(C + (size_t) s * d, xf + (size_t) cand[bl].row * d, sizeof(float) * d);
 			for (int64_t r = 0; r < n; r++)
 			{
@@ -355,10 +379,9 @@ ref_fit(const float *x, const float *W, int64_t n, int d, const km_params *p,
 					settled = 0,
 					converged = 0,
 					relocated = 0;
-		double		inertia = 0.0,
-					phi;
+		double		inertia = 0.0;
 
-		ref_seed(xf, W, h, n, d, p, run, C, &phi);
+		ref_seed(xf, W, h, n, d, p, run, C, NULL);
 		for (int64_t r = 0; r < n; r++)
 			lab[r] = -1;
 		for (t = 1;; t++)
@@ -518,21 +541,22 @@ ref_fit(const float *x, const float *W, int64_t n, int d, const km_params *p,
 }
 
 /*
- * The seeds of run `run` alone (k x d; cosine: normalised rows), and in *phi
- * k-means++'s last potential (the sum of w D2 over the rows for all k seeds,
- * as the GPU engine reports it in its last KM_PHASE_SEED progress; 0 for the
- * other seedings and k = 1).
+ * The seeds of run `run` alone (k x d; cosine: normalised rows), and in
+ * phis (k + 1 entries) k-means++'s potential with m seeds chosen, m = 0..k
+ * (the sum of w D2 over the rows, as the GPU engine reports it in its
+ * KM_PHASE_SEED progress with m seeds done; phis[k] in its last report; 0
+ * for the other seedings and k = 1).
  */
 void
 ref_seeds(const float *x, const float *W, int64_t n, int d, const km_params *p, int run,
-		  float *C, double *phi)
+		  float *C, double *phis)
 {
 	float	   *xf = ref_filter_rows(x, n, d, p->metric == KM_METRIC_COSINE);
 	uint64_t   *h = malloc(sizeof(uint64_t) * n);
 
 	for (int64_t r = 0; r < n; r++)
 		h[r] = km_row_hash(x + (size_t) r * d, d, W ? W[r] : 1.0f);
-	ref_seed(xf, W, h, n, d, p, run, C, phi);
+	ref_seed(xf, W, h, n, d, p, run, C, phis);
 	free(xf);
 	free(h);
 }

@@ -32,7 +32,7 @@ void		ref_assign(const float *xf, int64_t n, int d, const float *C, int k, int c
 					   int32_t *labels, double *cost);
 float	   *ref_rows(const float *x, int64_t n, int d, int cosine);
 void		ref_seeds(const float *x, const float *w, int64_t n, int d, const km_params *p,
-					  int run, float *C, double *phi);
+					  int run, float *C, double *phis);
 
 #ifdef __cplusplus
 }

@@ -169,6 +169,20 @@ kmg_poll(const km_hooks *hooks)
 static_assert(sizeof(kmg_pp_head) <= sizeof(kmg_ctl), "a k-means++ snapshot fits a slot of f->pin");
 
 /*
+ * Seconds between two of k-means++'s progress reports before its last:
+ * 0.5.  KMG_REPORT_INTERVAL=s (a development switch) sets it; 0 reports
+ * after every batch, so that bench_engine seed compares every report's
+ * potential with the reference's on fits that seed in milliseconds.
+ */
+static double
+kmg_seed_report_interval(void)
+{
+	const char *env = getenv("KMG_REPORT_INTERVAL");
+
+	return env != NULL && atof(env) >= 0.0 ? atof(env) : 0.5;
+}
+
+/*
  * k-means++ of one run (seed/kmeanspp.cu): units are queued in batches, two
  * in flight; after each batch the head of the device state (a few bytes)
  * says how far the seeding got, so the host reports, polls, sizes the next
@@ -185,6 +199,7 @@ kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 	const kmg_seed_bufs *sb = &f->w.sb;
 	const int	verbose = kmg_verbose();
 	const double t0 = kmg_now();
+	const double every = kmg_seed_report_interval();
 	double		last = t0,
 				last_done = 0.0;
 	int64_t		queued = 0,		/* units queued after kmg_pp_begin */
@@ -256,7 +271,7 @@ kmg_seed_kmeanspp(kmg_fit *f, int run, km_error *err)
 		}
 		head = (head + 1) % 2;
 		inflight--;
-		if (h.s < k && kmg_now() - last >= 0.5)
+		if (h.s < k && kmg_now() - last >= every)
 		{
 			last = kmg_now();
 			if ((st = kmg_report_step(f, KM_PHASE_SEED, run, 0, h.s, k, h.phi, err)) != KM_OK)
