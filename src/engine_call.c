@@ -50,8 +50,14 @@ KmHookPoll(void *ctx)
 	return QueryCancelPending || ProcDiePending;
 }
 
+/*
+ * The progress line of a report.  kmeanspp: the call seeds by k-means++,
+ * whose reports carry the potential once it is known, from two centroids
+ * on (km_progress.inertia; 0 is then a potential, on rows that the seeds
+ * cover exactly, not its absence).
+ */
 static const char *
-PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
+PhaseLine(const km_progress *p, int n_init, bool kmeanspp, char *buf, size_t len)
 {
 	switch (p->phase)
 	{
@@ -62,7 +68,7 @@ PhaseLine(const km_progress *p, int n_init, char *buf, size_t len)
 			if (n_init == 0)	/* k-medoids */
 				snprintf(buf, len, "seeded " INT64_FORMAT "/" INT64_FORMAT " medoids",
 						 p->done, p->total);
-			else if (p->inertia > 0.0)	/* k-means++: its potential */
+			else if (kmeanspp && p->done >= 2)
 				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT
 						 " centroids, potential %.6g",
 						 p->run + 1, n_init, p->done, p->total, p->inertia);
@@ -110,7 +116,7 @@ KmHookReport(void *ctx, const km_progress *progress)
 
 			ereport(INFO,
 					(errmsg("%s: %s, %.3f s", call->n_init == 0 ? "kmedoids" : "kmeans",
-							PhaseLine(progress, call->n_init, line, sizeof(line)),
+							PhaseLine(progress, call->n_init, call->kmeanspp, line, sizeof(line)),
 							progress->elapsed)));
 		}
 	}
@@ -317,6 +323,7 @@ KmFitOnce(KmCall *call, km_hooks *hooks, const KmFitRoute *route, KmGpuSink *sin
 		km_status	status;
 
 		KmCallBegin(call, hooks, n_init);
+		call->kmeanspp = params->init == KM_INIT_KMEANSPP;
 		memset(err, 0, sizeof(*err));
 		if (use_gpu && (split || !KmInitOnGpu(params->init)))
 			status = KmFitHostSeeded(route, sink, data, params, hooks, result, err);

@@ -182,6 +182,7 @@ typedef struct KmCall
 	ErrorData  *error;			/* raised inside a callback, re-thrown later */
 	MemoryContext error_context;	/* where to copy it */
 	int			n_init;			/* 0: a k-medoids call */
+	bool		kmeanspp;		/* seeded by k-means++: its reports carry the potential */
 } KmCall;
 
 extern void KmCallBegin(KmCall *call, km_hooks *hooks, int n_init);

@@ -108,6 +108,26 @@ def check_verbose(conn):
               abs(float(seeded[-1][1]) - float(first.group(1))) <= 2e-5 * float(first.group(1)),
               "kmeans_gpu.verbose reports k-means++'s potential, the cost of the first assignment", text)
 
+    # five distinct rows repeated: the five seeds cover them exactly and the potential is 0, which
+    # the line prints; random seeds and k = 1 have no potential to print
+    base = np.random.default_rng(7).uniform(0, 10, size=(5, 3)).astype(np.float32)
+    load(cur, "dup", np.repeat(base, 40, axis=0))
+    for args, want, name in (
+            ("5, seed => 1", r"INFO:  kmeans: run 1/1: seeded 5/5 centroids, potential 0, ",
+             "kmeans_gpu.verbose prints a potential of 0 (rows the k-means++ seeds cover exactly)"),
+            ("1, seed => 1", r"INFO:  kmeans: run 1/1: seeded 1/1 centroids, [0-9.]+ s",
+             "kmeans_gpu.verbose prints no potential for k-means++ with one centroid"),
+            ("5, seed => 1, init => 'random'", None,
+             "kmeans_gpu.verbose prints no potential for random seeds")):
+        del conn.notices[:]
+        cur.execute("SET kmeans_gpu.\"verbose\" = on")
+        cur.execute(f"SELECT (kmeans_fit('dup', 'v', {args}, max_iter => 1)).k")
+        cur.execute("RESET kmeans_gpu.\"verbose\"")
+        text = "".join(conn.notices)
+        found = want is not None and re.search(want, text) is not None
+        tap.check(found if want is not None else
+                  ("potential" not in text and "INFO:  kmeans: run 1/1, iteration 1" in text), name, text)
+
 
 def check_threads(cur, conn, rng):
     """The verbose line names the threads the CPU engine really runs: four for
