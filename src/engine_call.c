@@ -51,14 +51,16 @@ KmHookPoll(void *ctx)
 }
 
 /*
- * The progress line of a report.  kmeanspp: the call seeds by k-means++,
- * whose reports carry the potential once it is known, from two centroids
- * on (km_progress.inertia; 0 is then a potential, on rows that the seeds
- * cover exactly, not its absence).
+ * The progress line of a report in call.  A call seeded by k-means++ has its
+ * potential in the reports once it is known, from two centroids on
+ * (km_progress.inertia; 0 is then a potential, on rows that the seeds cover
+ * exactly, not its absence).
  */
 static const char *
-PhaseLine(const km_progress *p, int n_init, bool kmeanspp, char *buf, size_t len)
+PhaseLine(const km_progress *p, const KmCall *call, char *buf, size_t len)
 {
+	const int	n_init = call->n_init;
+
 	switch (p->phase)
 	{
 		case KM_PHASE_PREPARE:
@@ -68,7 +70,7 @@ PhaseLine(const km_progress *p, int n_init, bool kmeanspp, char *buf, size_t len
 			if (n_init == 0)	/* k-medoids */
 				snprintf(buf, len, "seeded " INT64_FORMAT "/" INT64_FORMAT " medoids",
 						 p->done, p->total);
-			else if (kmeanspp && p->done >= 2)
+			else if (call->kmeanspp && p->done >= 2)
 				snprintf(buf, len, "run %d/%d: seeded " INT64_FORMAT "/" INT64_FORMAT
 						 " centroids, potential %.6g",
 						 p->run + 1, n_init, p->done, p->total, p->inertia);
@@ -116,7 +118,7 @@ KmHookReport(void *ctx, const km_progress *progress)
 
 			ereport(INFO,
 					(errmsg("%s: %s, %.3f s", call->n_init == 0 ? "kmedoids" : "kmeans",
-							PhaseLine(progress, call->n_init, call->kmeanspp, line, sizeof(line)),
+							PhaseLine(progress, call, line, sizeof(line)),
 							progress->elapsed)));
 		}
 	}

@@ -178,8 +178,9 @@ static double
 kmg_seed_report_interval(void)
 {
 	const char *env = getenv("KMG_REPORT_INTERVAL");
+	const double s = env != NULL ? atof(env) : -1.0;
 
-	return env != NULL && atof(env) >= 0.0 ? atof(env) : 0.5;
+	return s >= 0.0 ? s : 0.5;
 }
 
 /*
