@@ -83,6 +83,9 @@ typedef struct kmg_assign_plan
 	int			overlap;		/* a fit's narrow passes, or bytes.cu's launches,
 								 * overlap the kernel before them (compute
 								 * capability 9 and above; KMG_OVERLAP=0: not) */
+	int			parallel_end;	/* a fit's narrow passes end the iteration before
+								 * them in every block (a->parallel_end, narrow.cu;
+								 * KMG_PARALLEL_END=0: the last block ends its own) */
 	/* the filter path */
 	int			ftile;			/* KM_FILTER_TILE_* */
 	int			screen;			/* KMG_SCREEN_* */
@@ -113,6 +116,7 @@ cudaError_t kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int
 kmg_fused_fn kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 								 size_t *smem);
 size_t		kmg_narrow_fix_bytes(int k, int d);
+int			kmg_narrow_parallel(int dp);
 kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 							   size_t *smem);
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);

@@ -299,6 +299,8 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	{
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
 		p.overlap = ok && kmg_overlap_on(&lim);
+		p.parallel_end = ok && mode == KMG_MODE_ITER && kmg_narrow_parallel(dp) &&
+			(lim.cc_major == 0 || lim.cc_major >= 9) && !kmg_env_off("KMG_PARALLEL_END");
 	}
 	else if (path == KMG_PATH_WIDE)
 	{
@@ -403,8 +405,9 @@ kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int mode, cudaS
  * One assignment pass with the plan's kernels: labels for every row, and in
  * MODE_ITER the moved count.  A fused plan in MODE_ITER is a whole Lloyd
  * iteration (the cluster sums in a->clus and the iteration's end, by the
- * narrow pass's own last block or by reduce.cu's); the filter path leaves
- * the sums to update/.  filter_work: the filter's prepared operand
+ * narrow pass's own last block or reduce.cu's; with a->parallel_end, by
+ * the next narrow pass's blocks); the filter path leaves the sums to
+ * update/.  filter_work: the filter's prepared operand
  * (km_filter_work_bytes); a->lloyd: the kernels honour the run's stop flag.
  */
 cudaError_t

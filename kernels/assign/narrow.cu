@@ -2,9 +2,11 @@
  * narrow.cu
  *	  The fused Lloyd pass for narrow rows (dp <= 32) and k <= 32: one read
  *	  of the rows does the float32 filter, the exact settling of close calls,
- *	  the label and moved count and the per-block M-step sums; the last block
- *	  to finish adds the blocks' partials in block order into the cluster
- *	  sums, so an iteration is this kernel and kmg_finalize.
+ *	  the label and moved count and the per-block M-step sums, which every
+ *	  block adds into order-free accumulators; then either the pass's last
+ *	  block ends the iteration, or, in a fit's passes at dp <= 16, every
+ *	  block of the next pass ends it for itself before its rows (the
+ *	  parallel end), so an iteration is this kernel alone.
  *
  * Plain C reference: km_ref_assign / the sums of km_ref_lloyd
  * (kernels/bench/ref_kmeans.c); bench_kernels.cu checks labels and sums
@@ -40,7 +42,13 @@
  *	  total does not depend on the order), its estimate to a slot of its
  *	  own; the last block (ticket after a fence) turns them into the cluster
  *	  sums, clears them for the next pass, and ends the iteration
- *	  (finalize_block.cuh), so nothing else runs between two passes.
+ *	  (finalize_block.cuh), so nothing else runs between two passes;
+ *	- or, in a fit's passes at dp <= 16 on compute capability 9 and above
+ *	  (kmg_narrow_parallel_end), no block waits for a last one: every block
+ *	  of the next pass decodes the accumulators as soon as it may read them,
+ *	  takes the same means and decisions as every other block, and goes on
+ *	  with its rows; block 0 keeps the run's record.  Worth about 0.7 us an
+ *	  iteration on 1M x 8 rows, k = 16 (an H200, NOTES round 28).
  */
 #include "kmg_common.cuh"
 #include "kmg_device.cuh"
@@ -121,11 +129,52 @@ kmg_narrow_rows(int DP)
 
 #define KMG_NARROW_BPS 2		/* blocks per SM */
 
-/* Words of the fixed-point accumulators: k x (d + 1) cells x 2, then k counts. */
+/*
+ * Whether a fit's passes at padded width DP end the iteration before them
+ * in every block (kmg_narrow_parallel_end): at DP <= 16, on compute
+ * capability 9 and above (dispatch.cu asks the same of the device).  The
+ * wider instances (one row a thread, 24 or 32 floats of it in registers
+ * through the end) spilled up to 228 bytes with the end inline; out of
+ * line, its call saved the rows to local memory each pass, which on 1M x 8
+ * cost more than the end spares (NOTES, round 28).  Built for sm_80, four
+ * of the others spilled (180 bytes at <16, 8, 2>), and it was not measured
+ * there.  Those keep the last block's end, and no code of the other.
+ */
+static __host__ __device__ constexpr bool
+kmg_narrow_parallel_end_on(int DP)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+	return false;
+#else
+	return DP <= 16;
+#endif
+}
+
+/*
+ * Words of one set of the fixed-point accumulators: k x (d + 1) cells x 2,
+ * k counts, then one word of two ints, the pass's moved and exactly settled
+ * rows (the parallel end's: kmg_narrow_set_counts), and an even count of
+ * them (16-byte copies: kmg_narrow_end_load).  a.nfix holds three sets
+ * (kmg_narrow_parallel_end says why); a pass that ends its own iteration
+ * uses the first.
+ */
 static __host__ __device__ int
-kmg_narrow_fixwords(int k, int d)
+kmg_narrow_counts_word(int k, int d)
 {
 	return 2 * k * (d + 1) + k;
+}
+
+static __host__ __device__ int
+kmg_narrow_setwords(int k, int d)
+{
+	return KMG_ROUND_UP(kmg_narrow_counts_word(k, d) + 1, 2);
+}
+
+/* The moved and exactly settled counts of a set. */
+static __device__ __forceinline__ int *
+kmg_narrow_set_counts(unsigned long long *set, int k, int d)
+{
+	return reinterpret_cast<int *>(set + kmg_narrow_counts_word(k, d));
 }
 
 /* The block's shared memory (kmg_narrow_layout_of), as pointers. */
@@ -612,11 +661,11 @@ kmg_narrow_sums(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, in
 	}
 }
 
-/* Epilogue of the listing's sums: the block's partial into the order-free accumulators (kmg_fix_atomic). */
+/* Epilogue of the listing's sums: the block's partial into the order-free accumulators fix (kmg_fix_atomic). */
 template <int CPT>
 __device__ __forceinline__ void
-kmg_narrow_block_partial(int tid, const kmg_args &a, int d, int ncol, int ncell, const double (&acc)[CPT],
-						 const int (&cnt)[CPT])
+kmg_narrow_block_partial(int tid, const kmg_args &a, unsigned long long *fix, int d, int ncol, int ncell,
+						 const double (&acc)[CPT], const int (&cnt)[CPT])
 {
 #pragma unroll
 	for (int u = 0; u < CPT; u++)
@@ -627,25 +676,26 @@ kmg_narrow_block_partial(int tid, const kmg_args &a, int d, int ncol, int ncell,
 		{
 			const int	c = e % ncol;
 
-			kmg_fix_atomic(a.nfix + 2 * e, acc[u], c == d ? a.wshift : a.sshift);
+			kmg_fix_atomic(fix + 2 * e, acc[u], c == d ? a.wshift : a.sshift);
 			if (c == d && cnt[u] > 0)
-				atomicAdd(a.nfix + 2 * ncell + e / ncol, (unsigned long long) cnt[u]);
+				atomicAdd(fix + 2 * ncell + e / ncol, (unsigned long long) cnt[u]);
 		}
 	}
 }
 
 /*
- * The block's estimate into its slot of a.part (a fixed-order sum of the
- * warps), its moved and exact counts into the control block.
+ * The block's estimate into its slot (a fixed-order sum of the warps), its
+ * moved and exact counts into moved_out and exact_out (the control block's
+ * moved and namb, or the parallel end's set).
  */
 __device__ __forceinline__ void
-kmg_narrow_block_counts(int tid, const kmg_args &a, const kmg_narrow_smem &sm, double est, int moved,
-						int nexact)
+kmg_narrow_block_counts(int tid, const kmg_narrow_smem &sm, double *slot, int *moved_out, int *exact_out,
+						double est, int moved, int nexact)
 {
-	const double e = kmg_block_counts(est, moved, nexact, &a.ctl->moved, &a.ctl->namb, sm.red);
+	const double e = kmg_block_counts(est, moved, nexact, moved_out, exact_out, sm.red);
 
 	if (tid == 0)
-		a.part[blockIdx.x] = e;
+		*slot = e;
 }
 
 /*
@@ -802,12 +852,12 @@ kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&l
  * The block's partial from the warps' accumulators: each warp's cells into
  * shared memory (the rows' room, free after the last tile), then cell e
  * (cluster j, column c; c == d the weight) the warps' values added in warp
- * order, into the order-free accumulators as kmg_narrow_block_partial does.
+ * order, into the order-free accumulators fix as kmg_narrow_block_partial does.
  */
 template <int DP, int KB>
 __device__ __forceinline__ void
-kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int ncol,
-					   int ncell, bool weighted, const double (&acc)[kmg_narrow_mma_mt<KB>()][DP / 8][4],
+kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm,
+					   unsigned long long *fix, int d, int ncol, int ncell, bool weighted, const double (&acc)[kmg_narrow_mma_mt<KB>()][DP / 8][4],
 					   const double (&accw)[kmg_narrow_mma_mt<KB>()][4], const int *s_cnt)
 {
 	constexpr int MT = kmg_narrow_mma_mt<KB>();
@@ -859,9 +909,9 @@ kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg
 		}
 		else
 			v = (double) s_cnt[j];
-		kmg_fix_atomic(a.nfix + 2 * e, v, c == d ? a.wshift : a.sshift);
+		kmg_fix_atomic(fix + 2 * e, v, c == d ? a.wshift : a.sshift);
 		if (c == d && s_cnt[j] > 0)
-			atomicAdd(a.nfix + 2 * ncell + j, (unsigned long long) s_cnt[j]);
+			atomicAdd(fix + 2 * ncell + j, (unsigned long long) s_cnt[j]);
 	}
 }
 
@@ -949,6 +999,211 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 }
 
 /*
+ * The parallel end's room in the rows' room of shared memory (free until
+ * the first tile is staged): the sums' copy (k x CW doubles), the filter
+ * copies (KB x DP floats), |c'| (KB floats), and the raw words of the set
+ * it decodes.
+ */
+template <int DP, int KB>
+struct kmg_narrow_endroom
+{
+	static constexpr size_t CLUS = 0;
+	static constexpr size_t CF = CLUS + (size_t) KB * KMG_CW(DP) * sizeof(double);
+	static constexpr size_t CNF = CF + (size_t) KB * DP * sizeof(float);
+	static constexpr size_t RAW = KMG_ROUND_UP(CNF + (size_t) KB * sizeof(float), 16);
+	static constexpr size_t END = RAW + (size_t) KMG_ROUND_UP(2 * KB * (DP + 1) + KB + 1, 2) * 8;
+
+	static_assert(END <= (size_t) KMG_NARROW_NT * kmg_narrow_rows(DP) * DP * sizeof(float),
+				  "the parallel end's copies fit the rows' room");
+};
+
+/*
+ * The words of set (p - 1) mod 3, copied into the block's shared memory
+ * (cp.async: no registers held, nothing waits for them here) with the
+ * centroids' loads: one round trip for both.  kmg_narrow_parallel_end
+ * waits for them.
+ */
+template <int DP, int KB>
+__device__ __forceinline__ void
+kmg_narrow_end_load(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, unsigned int p)
+{
+	typedef kmg_narrow_endroom<DP, KB> room;
+	const int	sw = kmg_narrow_setwords(k, d);
+	const unsigned long long *f = a.nfix + (size_t) ((p + 2) % 3) * sw;	/* (p - 1) mod 3 */
+	unsigned long long *raw = reinterpret_cast<unsigned long long *>(reinterpret_cast<char *>(sm.xs) + room::RAW);
+
+	for (int i = tid; 2 * i < sw; i += KMG_NARROW_NT)
+		kmg_cp16(raw + 2 * i, f + 2 * i);
+	kmg_cp16_commit();
+}
+
+/*
+ * The parallel end (a.parallel_end, a fit's passes): every block of pass p
+ * (p >= 1 since the run began or was re-seeded) ends iteration t = iter0 +
+ * p, whose sums pass p - 1 left in set (p - 1) mod 3 of a.nfix, by itself,
+ * so no block waits for a last one and nothing runs between two passes
+ * but the launch.  After its wait (pass p - 1 has ended and its sums are
+ * whole) the block decodes the set into its shared memory (the rows' room),
+ * takes the same decisions from it as every other block (moved, empty
+ * clusters, tol, max_iter: kmg_fin_stop_rule) and, where the centroids
+ * move, every cluster's mean, filter copy and norms into its shared copies
+ * by kmg_fin_cluster, the arithmetic of every finalize, so every block
+ * holds the same bits, and the largest |c'| and the exactness flag the
+ * filter takes.  Block 0 alone keeps the run's record: the cluster sums
+ * (a.clus, with the estimate from pass p - 1's slots in a fixed tree), the
+ * centroids and their copies, and the decisions (kmg_fin_decide: the
+ * control block, the iteration's statistics).  Nothing another block of
+ * pass p reads changes under it: it reads a.C where a cluster keeps its
+ * centroid, and block 0 stores the same bits there; the stop flag block 0
+ * may set is the decision every block takes.  Returns nonzero where the
+ * run stops (or pauses for empty clusters): the block then ends.
+ *
+ * The sets turn over in threes: pass p adds into set p mod 3, pass p + 1
+ * reads it, and pass p clears set (p + 1) mod 3, which pass p - 2 wrote and
+ * pass p - 1 read, both ended (each block a share of its words).  The pass's
+ * estimates go to slot half p mod 2 of a.part.  The host sees an
+ * iteration's record one pass late, and queues one pass past max_iter
+ * (driver/fit.cu); a re-seed starts the count afresh (kmg_fin_decide).
+ */
+template <int DP, int KB>
+__device__ __forceinline__ int
+kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k,
+						unsigned int p, int t, const kmg_ctl &limits, float &cmax, int &all_exact)
+{
+	typedef kmg_narrow_endroom<DP, KB> room;
+	constexpr int CW = KMG_CW(DP);
+	constexpr int NW = KMG_NARROW_NT / 32;
+	char	   *rr = reinterpret_cast<char *>(sm.xs);
+	double	   *sclus = reinterpret_cast<double *>(rr + room::CLUS);	/* k x CW: the sums */
+	float	   *scf = reinterpret_cast<float *>(rr + room::CF);	/* KB x DP: filter copies */
+	float	   *scnf = reinterpret_cast<float *>(rr + room::CNF);	/* KB: |c'| */
+	const unsigned long long *raw = reinterpret_cast<const unsigned long long *>(rr + room::RAW);
+	const int	ncol = d + 1;
+	const int	ncell = k * ncol;
+	__shared__ int s_stop;
+	__shared__ float s_cmax[NW];
+
+	const int	nb = gridDim.x;
+	const int	keeper = blockIdx.x == 0;
+	const double *slots = a.part + (size_t) ((p - 1) & 1) * nb;
+	const float mu0 = a.mu != NULL && lane < d ? a.mu[lane] : 0.0f;
+	const int	aliased = !a.cosine && a.mu == NULL;	/* the filter copy is the centroid */
+	double		e = 0.0;
+	int			moved,
+				namb,
+				nempty = 0,
+				allx = 0;
+
+	/* block 0: the estimate's slots (usually an SM's first block, it ends its tiles early: NOTES round 26) */
+	if (keeper)
+		for (int b = tid; b < nb; b += KMG_NARROW_NT)
+			e += __ldcg(&slots[b]);
+	kmg_cp16_wait<0>();
+	__syncthreads();			/* the set's words are in */
+	{
+		const int  *cnt = reinterpret_cast<const int *>(raw + kmg_narrow_counts_word(k, d));
+
+		moved = cnt[0];
+		namb = cnt[1];
+	}
+	for (int x = tid; x < k * CW; x += KMG_NARROW_NT)
+	{
+		const int	j = x / CW;
+		const int	c = x - j * CW;
+		const unsigned long long *fc = raw + 2 * (j * ncol + (c < d ? c : d));
+
+		sclus[x] = c < d || c == DP ? kmg_fix_decode(fc[0], fc[1], c < d ? a.sshift : a.wshift)
+			: c == DP + 1 ? (double) raw[2 * ncell + j] : 0.0;
+	}
+	/* the filter copies' padding (kmg_fin_cluster writes the d columns): zeros, as every row's */
+	for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
+		scf[x] = 0.0f;
+	__syncthreads();
+	for (int j = 0; j < k; j++)
+		nempty += !(sclus[j * CW + DP] > 0.0);
+
+	const int	change = moved > 0 && nempty == 0;
+
+	if (tid == 0)
+		s_stop = moved > 0 && nempty > 0 ? KMG_PAUSE_EMPTY
+			: kmg_fin_stop_rule(moved, (double) moved / (double) a.n, t, limits);
+	if (change)
+	{
+		/* every cluster's new centroid (none is re-seeded here: a re-seed's end clears the flags) */
+		const kmg_fin_out out = {sm.Cr, aliased ? sm.Cr : scf, sm.cn, scnf, sm.cnorm};
+		float		cm = 0.0f;
+
+		for (int j = warp; j < k; j += NW)
+		{
+			const double w = sclus[j * CW + DP];
+
+			cm = fmaxf(cm, kmg_fin_cluster(a, j, w > 0.0, w, sclus, mu0, allx, out));
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+		if (lane == 0)
+			s_cmax[warp] = cm;
+		allx = __syncthreads_or(allx);	/* a barrier: the clusters and the warps' slots are in place */
+		cm = s_cmax[0];
+		for (int w = 1; w < NW; w++)
+			cm = fmaxf(cm, s_cmax[w]);
+		cmax = cm;
+		all_exact = allx;
+		/* the filter's copy, -2 c' (exact: a power of two) */
+		for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
+			sm.C2[x] = -2.0f * (aliased ? sm.Cr[x] : scf[x]);
+	}
+	__syncthreads();			/* s_stop */
+
+	const int	stop = s_stop;
+
+	if (keeper)
+	{
+		/* the run's record, from the block's copies */
+		for (int o = 16; o > 0; o >>= 1)
+			e += __shfl_xor_sync(0xffffffffu, e, o);
+		if (lane == 0)
+			sm.red[warp] = e;
+		for (int x = tid; x < k * CW; x += KMG_NARROW_NT)
+			a.clus[x] = sclus[x];
+		if (change)
+		{
+			for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
+			{
+				a.C[x] = sm.Cr[x];
+				if (!aliased)
+					a.Cf[x] = scf[x];
+			}
+			if (tid < k)
+			{
+				a.cn[tid] = sm.cn[tid];
+				a.cnf[tid] = scnf[tid];
+				if (a.cosine || a.mu == NULL)
+					a.cnorm[tid] = sm.cnorm[tid];
+			}
+		}
+		__syncthreads();
+		if (tid == 0)
+		{
+			kmg_ctl		snap = kmg_ctl_snapshot(a.ctl);
+
+			e = sm.red[0];
+			for (int w = 1; w < NW; w++)
+				e += sm.red[w];
+			a.clus[DP + 2] = e;
+			snap.iter = t - 1;
+			snap.namb = namb;
+			snap.relocated = 0;
+			a.ctl->moved = moved;	/* a pause leaves them for the re-seed's end */
+			a.ctl->nempty = nempty;
+			a.ctl->namb = namb;
+			kmg_fin_decide(a, KMG_FIN_ITER, moved, nempty, change, cmax, all_exact, e, snap, -1);
+		}
+	}
+	return stop != KMG_RUN;
+}
+
+/*
  * One pass (see the file header).  DP: padded width (8..32), KB: centroids
  * of the unrolled loop (>= k), R: rows per thread.  The kernel is its
  * stages: centroids in; per tile of NT x R rows the rows staged, filtered,
@@ -973,7 +1228,10 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 		(int *) (kmg_nsmem + L.list), (float *) (kmg_nsmem + L.w), (double *) (kmg_nsmem + L.red),
 		(int *) ((double *) (kmg_nsmem + L.red) + 64)
 	};
+	__shared__ unsigned int s_pass;
 	__shared__ int s_last,
+				s_iter0,
+				s_run,
 				s_count[32],
 				s_start[33],
 				s_cnt[32];
@@ -983,6 +1241,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	const int	d = a.d;
 	const int	k = a.k;
 	const int	iter = mode == KMG_MODE_ITER;
+	const int	pend = kmg_narrow_parallel_end_on(DP) && iter && a.parallel_end;	/* kmg_narrow_parallel_end */
 	const int	cosine = a.cosine;
 
 	const int64_t n = a.n;
@@ -1001,24 +1260,89 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	float		wr[R];
 
 	kmg_narrow_load_rows<DP, R>(tid, a, r0, r1, xr, wr);
+	/*
+	 * With the parallel end, the pass's number: every block of the pass
+	 * before took its own before that pass released this one, and none of
+	 * the pass after can take one before this block releases it (after a
+	 * barrier: the atomic has returned, and no warp of the block releases
+	 * sooner); a fit resets the count only between passes it has waited for.
+	 */
+	if (pend && tid == 0)
+		s_pass = atomicAdd(&a.ctl->started, 1u) / gridDim.x;
 	kmg_grid_wait();
+	if (pend)
+		__syncthreads();		/* s_pass */
 	kmg_grid_release();
 
-	/* the run's state, the centroids and the old labels, asked for together (one round trip) */
-	const int	stop = a.lloyd ? *(volatile int *) &a.ctl->stop : KMG_RUN;
-	const float cmax = a.ctl->cmax;
-	const int	all_exact = a.ctl->all_exact;
-	kmg_narrow_cload<DP, KB> cload;
+	/* cells of the sums: (cluster j, column c), c == d is the weight */
+	const int	ncol = d + 1;
+	const int	ncell = k * ncol;
 
+	/*
+	 * The run's state, the centroids and the old labels, asked for together
+	 * (one round trip); with the parallel end also the sums it ends the
+	 * iteration before with, and the run's state by one thread for the
+	 * block (block 0 of the same pass may set the stop flag meanwhile:
+	 * kmg_narrow_parallel_end).
+	 */
+	const int	stop = a.lloyd && !pend ? *(volatile int *) &a.ctl->stop : KMG_RUN;
+	float		cmax = a.ctl->cmax;
+	int			all_exact = a.ctl->all_exact;
+	kmg_narrow_cload<DP, KB> cload;
+	__shared__ kmg_ctl s_limits;	/* the run's: tol, max_iter */
+	unsigned int p = 0;
+
+	if (pend)
+	{
+		p = s_pass;
+		if (tid == 0)
+		{
+			const volatile kmg_ctl *v = a.ctl;
+
+			s_iter0 = v->iter0;
+			s_run = a.lloyd ? v->stop : KMG_RUN;
+			s_limits.tol = v->tol;
+			s_limits.max_iter = v->max_iter;
+		}
+		if (p > 0)
+			kmg_narrow_end_load<DP, KB>(tid, a, sm, d, k, p);
+	}
 	kmg_narrow_centroids_load<DP, KB>(tid, a, k, cosine, cload);
 	kmg_narrow_load_old<R>(tid, a, r0, r1, iter, old);
 	if (stop != KMG_RUN)
 		return;
 	kmg_narrow_centroids_store<DP, KB>(tid, sm, cload);
 
-	/* cells of the sums: (cluster j, column c), c == d is the weight */
-	const int	ncol = d + 1;
-	const int	ncell = k * ncol;
+	/*
+	 * Where the pass's sums and counts go: with the parallel end, set p mod 3
+	 * and slot half p mod 2, after the end of the iteration before (which
+	 * may stop the run); else the one set, the control block and a.part.
+	 */
+	unsigned long long *fix = a.nfix;
+	int		   *moved_out = &a.ctl->moved,
+			   *exact_out = &a.ctl->namb;
+	double	   *slot = a.part + blockIdx.x;
+
+	if (pend)
+	{
+		__syncthreads();		/* s_run, s_iter0, s_limits; the old centroids are in place */
+		if (s_run != KMG_RUN)
+			return;
+
+		const int	sw = kmg_narrow_setwords(k, d);
+		unsigned long long *clear = a.nfix + (size_t) ((p + 1) % 3) * sw;
+
+		for (int x = (int) ((int64_t) blockIdx.x * sw / gridDim.x) + tid;
+			 x < (int) ((int64_t) (blockIdx.x + 1) * sw / gridDim.x); x += KMG_NARROW_NT)
+			clear[x] = 0ull;
+		if (p > 0 && kmg_narrow_parallel_end<DP, KB>(tid, lane, warp, a, sm, d, k, p, s_iter0 + (int) p,
+													 s_limits, cmax, all_exact))
+			return;
+		fix = a.nfix + (size_t) (p % 3) * sw;
+		moved_out = kmg_narrow_set_counts(fix, k, d);
+		exact_out = moved_out + 1;
+		slot = a.part + (size_t) (p & 1) * gridDim.x + blockIdx.x;
+	}
 	constexpr bool MMA = kmg_narrow_mma_on<DP, KB>();
 	constexpr int CPTL = MMA ? 1 : CPT;	/* the listing's cells (none on the tensor cores) */
 	constexpr int MT = kmg_narrow_mma_mt<KB>();
@@ -1097,10 +1421,12 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	if (!iter)
 		return;
 	if constexpr (MMA)
-		kmg_narrow_mma_partial<DP, KB>(tid, lane, warp, a, sm, d, ncol, ncell, weighted, macc, maccw, s_cnt);
+		kmg_narrow_mma_partial<DP, KB>(tid, lane, warp, a, sm, fix, d, ncol, ncell, weighted, macc, maccw, s_cnt);
 	else
-		kmg_narrow_block_partial<CPTL>(tid, a, d, ncol, ncell, acc, cnt);
-	kmg_narrow_block_counts(tid, a, sm, est, moved, nexact);
+		kmg_narrow_block_partial<CPTL>(tid, a, fix, d, ncol, ncell, acc, cnt);
+	kmg_narrow_block_counts(tid, sm, slot, moved_out, exact_out, est, moved, nexact);
+	if (pend)
+		return;					/* the next pass ends the iteration */
 
 	/* the last block: the cluster sums, then the end of the iteration */
 	__threadfence();
@@ -1146,12 +1472,21 @@ kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb, size_t *s
 	return kmg_narrow_table[i][j];
 }
 
+/* Whether a fit's narrow passes at padded width dp end their iterations in parallel (see above; the host's side). */
+int
+kmg_narrow_parallel(int dp)
+{
+	return kmg_narrow_parallel_end_on(dp);
+}
+
 /*
- * Bytes of a->nfix for k clusters of d columns: kmg_narrow_fixwords words,
- * zero before the first pass (each pass leaves them zero).
+ * Bytes of a->nfix for k clusters of d columns: three sets of
+ * kmg_narrow_setwords words, zero before a run's first pass and after a
+ * re-seed (a pass that ends its own iteration leaves its set zero, the
+ * parallel end clears each set the pass after it is read).
  */
 size_t
 kmg_narrow_fix_bytes(int k, int d)
 {
-	return (size_t) kmg_narrow_fixwords(k, d) * sizeof(unsigned long long);
+	return (size_t) 3 * kmg_narrow_setwords(k, d) * sizeof(unsigned long long);
 }

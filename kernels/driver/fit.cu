@@ -22,7 +22,9 @@
  * assign/bounds.cu first lists the rows whose label may change and the
  * screen decides only those):
  *	small k:      kmg_assign_pass: the narrow kernel alone (its last block
- *	              ends the iteration); on rows that are all bytes the byte
+ *	              ends the iteration, or at dp <= 16 the next pass's blocks
+ *	              do, and a run queues one pass more: kmg_lloyd_state's
+ *	              passes); on rows that are all bytes the byte
  *	              kernel -> kmg_bytes_end_kernel (the sums, the means, the
  *	              decisions); or the wide or direct kernel ->
  *	              kmg_reduce_finalize (whose last block ends the iteration)
@@ -120,6 +122,10 @@ kmg_enqueue_reseed(kmg_fit *f)
 		(e = kmg_sort_costs_desc(a.cost, f->w.keys_out, f->w.iota, f->w.rows_out, a.n,
 								 f->w.sort_temp, f->sh.sort_bytes, f->s)) != cudaSuccess ||
 		(e = kmg_reseed(&a, f->w.rows_out, f->s)) != cudaSuccess)
+		return e;
+	/* the parallel end's passes start afresh: no sums pending (the re-seed's end resets the count) */
+	if (a.parallel_end &&
+		(e = cudaMemsetAsync(a.nfix, 0, kmg_narrow_fix_bytes(a.k, a.d), f->s)) != cudaSuccess)
 		return e;
 	return kmg_finalize(&a, KMG_FIN_RESEED, f->s);
 }
@@ -388,6 +394,9 @@ typedef struct kmg_lloyd_state
 {
 	int			run;
 	int			max_iter;
+	int			passes;			/* iteration slots of a run: max_iter, and one more
+								 * where a pass ends the iteration before it
+								 * (the narrow pass's parallel end) */
 	int			enq;			/* iteration slots queued since the last sync */
 	int			done_iters;		/* as of the last snapshot */
 	int			reported;		/* iterations reported to the caller */
@@ -416,14 +425,14 @@ kmg_lloyd_queue(kmg_fit *f, kmg_lloyd_state *ls, km_error *err)
 {
 	km_status	st = KM_OK;
 
-	while (ls->inflight < 2 && ls->done_iters + ls->enq < ls->max_iter)
+	while (ls->inflight < 2 && ls->done_iters + ls->enq < ls->passes)
 	{
 		const int	slot = (ls->head + ls->inflight) % 2;
 		int			m = ls->batch;
 		kmg_ctl    *snap = (kmg_ctl *) (f->pin + slot * f->snap_bytes);
 
-		if (m > ls->max_iter - ls->done_iters - ls->enq)
-			m = ls->max_iter - ls->done_iters - ls->enq;
+		if (m > ls->passes - ls->done_iters - ls->enq)
+			m = ls->passes - ls->done_iters - ls->enq;
 		for (int i = 0; i < m;)
 		{
 			const int	profiled = ls->profile_iter == ls->done_iters + ls->enq + i + 1;
@@ -653,6 +662,7 @@ kmg_lloyd(kmg_fit *f, int run, int *stop_out, int *iters_out, int *relocated, km
 	memset(&ls, 0, sizeof(ls));
 	ls.run = run;
 	ls.max_iter = f->params->max_iter;
+	ls.passes = ls.max_iter + (f->w.a.parallel_end ? 1 : 0);
 	ls.batch = kmg_plan_fused(&f->sh.plan) ? KMG_GRAPH_ITERS : 1;
 	ls.verbose = kmg_verbose();
 	ls.give_way = kmg_screen_give_way_fraction();
@@ -873,6 +883,7 @@ kmg_fit_rows(const kmg_rows *rows, const km_params *params, const km_hooks *hook
 	f.w.a.dp = rows->dp;
 	f.w.a.cosine = f.sh.cosine;
 	f.w.a.lloyd = 1;
+	f.w.a.parallel_end = f.sh.plan.parallel_end;
 	f.w.a.k = params->k;
 	f.w.a.kp = f.sh.kp;
 

@@ -131,6 +131,14 @@ typedef struct kmg_ctl
 	unsigned int ticket2;		/* last-block detection of the fused passes */
 	int			pieces;			/* byte pass: 1 + iter when the end of iteration iter built its
 								 * centroids' pieces (assign/bytes.cu), else 0 */
+	/*
+	 * The narrow pass's parallel end (a.parallel_end, assign/narrow.cu):
+	 * blocks of its passes begun since the run began or was re-seeded (a
+	 * block's pass is started / blocks), and the iterations ended before
+	 * then.  Zero at a run's start; a re-seed's end sets them.
+	 */
+	unsigned int started;
+	int			iter0;
 	double		tol;
 } kmg_ctl;
 
@@ -316,13 +324,21 @@ typedef struct kmg_args
 
 	/*
 	 * The narrow pass adds its blocks' double partials as 128-bit fixed-point
-	 * integers (order-free): nfix holds (lo, hi) words for k x (d sums, w)
-	 * cells, then k counts (lo only); sshift / wshift scale the sums and the
-	 * weights (km_fix_scale of a bound on |sum w x| and on sum w).
+	 * integers (order-free): nfix holds three sets of (lo, hi) words for k x
+	 * (d sums, w) cells, then k counts (lo only), then the pass's moved and
+	 * exactly settled rows (two ints in one word); sshift / wshift scale the
+	 * sums and the weights (km_fix_scale of a bound on |sum w x| and on sum w).
 	 */
 	unsigned long long *nfix;
 	int			sshift;
 	int			wshift;
+	/*
+	 * A fit's narrow passes end the iteration before them in parallel: each
+	 * block of pass p decodes pass p - 1's accumulators and takes the means
+	 * itself, and pass p's sums go to set p mod 3 of nfix (narrow.cu says
+	 * how); 0: the pass's last block ends its own iteration.
+	 */
+	int			parallel_end;
 
 	kmg_ctl    *ctl;
 	kmg_stat   *stats;			/* max_iter entries */

@@ -106,7 +106,7 @@ kmg_finalize_kernel(const __grid_constant__ kmg_args a, int mode)
 	/* whether centroids move this time */
 	change = mode == KMG_FIN_SETUP || (moved > 0 && nempty == 0);
 	if (change && j < k)
-		kmg_fin_cluster(a, j, own && !rel && w > 0.0, w, a.clus, mu0, allx);
+		kmg_fin_cluster(a, j, own && !rel && w > 0.0, w, a.clus, mu0, allx, kmg_fin_out_of(a));
 
 	/* the last block decides */
 	__threadfence();

@@ -5,7 +5,8 @@
  *	  (kmg_fin_cluster), which kmg_finalize_kernel (finalize.cu) runs a warp
  *	  a cluster over k / 4 blocks for larger k, deciding in its last block.
  *	  Included by the kernels that finish an iteration in their own last
- *	  block (assign/narrow.cu), by finalize.cu (both finalizes) and by
+ *	  block (assign/narrow.cu, whose parallel end also runs kmg_fin_cluster
+ *	  and kmg_fin_decide), by finalize.cu (both finalizes) and by
  *	  assign/reduce.cu (the reduction of the wide and direct passes, which
  *	  ends in one).
  *
@@ -59,6 +60,24 @@ kmg_ctl_snapshot(const kmg_ctl *ctl)
 }
 
 /*
+ * Why a run stops after its iteration t, in which moved rows (the fraction
+ * frac of them) changed label: settled, tol, max_iter, or KMG_RUN.  The
+ * decisions below take it, and so does every block of the narrow pass's
+ * parallel end (assign/narrow.cu).
+ */
+static __device__ __forceinline__ int
+kmg_fin_stop_rule(int moved, double frac, int t, const kmg_ctl &snap)
+{
+	if (moved == 0)
+		return KMG_STOP_SETTLED;
+	if (frac <= snap.tol)
+		return KMG_STOP_TOL;
+	if (t >= snap.max_iter)
+		return KMG_STOP_MAXITER;
+	return KMG_RUN;
+}
+
+/*
  * The decisions that end an iteration (or a set-up), by one thread: the
  * filter's bound and exactness flag where centroids moved, a pause for empty
  * clusters, else the iteration's record and the stop rule (settled, tol,
@@ -89,14 +108,8 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	const int	t = snap.iter + 1;
 	const double frac = (double) moved / (double) a.n;
 	kmg_stat   *st = &a.stats[t - 1];
-	int			stop = KMG_RUN;
+	const int	stop = kmg_fin_stop_rule(moved, frac, t, snap);
 
-	if (moved == 0)
-		stop = KMG_STOP_SETTLED;
-	else if (frac <= snap.tol)
-		stop = KMG_STOP_TOL;
-	else if (t >= snap.max_iter)
-		stop = KMG_STOP_MAXITER;
 	st->moved_frac = frac;
 	st->inertia = est;
 	st->moved = moved;
@@ -112,6 +125,12 @@ kmg_fin_decide(const kmg_args &a, int mode, int moved, int nempty, int change,
 	ctl->ncand = 0;
 	ctl->relocated = 0;
 	ctl->stop = stop;
+	if (mode == KMG_FIN_RESEED)
+	{
+		/* the narrow pass's parallel end counts its passes afresh from here */
+		ctl->iter0 = t;
+		ctl->started = 0;
+	}
 }
 
 /*
@@ -152,6 +171,29 @@ kmg_fin_read(const kmg_args &a, int mode, kmg_fin_reads &r)
 }
 
 /*
+ * Where kmg_fin_cluster keeps a cluster's centroid and what follows from it:
+ * the run's arrays (kmg_fin_out_of), or copies in a block's shared memory
+ * (the narrow pass's parallel end).  Rows of a.dp floats; Cf may be C (l2
+ * without centring, whose filter copy is the centroid).
+ */
+typedef struct kmg_fin_out
+{
+	float	   *C;				/* k x dp: the centroids, read where kept */
+	float	   *Cf;				/* k x dp: filter copies */
+	float	   *cn;				/* k: |c'|^2 */
+	float	   *cnf;			/* k: |c'| */
+	double	   *cnorm;			/* k (cosine; l2 without centring: |c|^2) */
+} kmg_fin_out;
+
+static __device__ __forceinline__ kmg_fin_out
+kmg_fin_out_of(const kmg_args &a)
+{
+	const kmg_fin_out o = {a.C, a.Cf, a.cn, a.cnf, a.cnorm};
+
+	return o;
+}
+
+/*
  * One cluster's end, by one warp: its centroid moved to the mean of its sums
  * (clus: k x KMG_CW(dp), a.clus or a copy in the caller's shared memory)
  * where fresh (the cluster has weight w > 0 and was not re-seeded) and the
@@ -160,19 +202,22 @@ kmg_fin_read(const kmg_args &a, int mode, kmg_fin_reads &r)
  * then its filter copy (cosine: km_normalize_row; centred l2: c - mu), |c'|^2
  * and |c'| stored.  Returns |c'| on every lane; for cosine, lane 0 ORs into
  * allx whether the exact norm is unusable.  mu0: the centring of column
- * lane.  Both finalizes end their clusters here: kmg_finalize_block_from a
- * warp's clusters in turn, kmg_finalize_kernel (finalize.cu) a warp each.
+ * lane; out: where the centroid is read and everything stored.  Both
+ * finalizes end their clusters here, kmg_finalize_block_from a warp's
+ * clusters in turn, kmg_finalize_kernel (finalize.cu) a warp each, and so
+ * does every block of the narrow pass's parallel end, into its shared
+ * memory.
  */
 static __device__ __forceinline__ float
 kmg_fin_cluster(const kmg_args &a, int j, int fresh, double w, const double *clus, float mu0,
-				int &allx)
+				int &allx, const kmg_fin_out &out)
 {
 	const int	lane = threadIdx.x & 31;
 	const int	d = a.d,
 				dp = a.dp;
 	const double *cl = clus + (size_t) j * KMG_CW(dp);
-	float	   *c = a.C + (size_t) j * dp;
-	float	   *cf = a.Cf + (size_t) j * dp;
+	float	   *c = out.C + (size_t) j * dp;
+	float	   *cf = out.Cf + (size_t) j * dp;
 	double		scale = 1.0,
 				s = 0.0;
 	float		nf;
@@ -220,7 +265,7 @@ kmg_fin_cluster(const kmg_args &a, int j, int fresh, double w, const double *clu
 			if (nrm == 0.0)
 				for (int i = 0; i < d; i++)
 					cf[i] = 0.0f;
-			a.cnorm[j] = cn;
+			out.cnorm[j] = cn;
 			allx |= !(cn > 0.0 && isfinite(cn));
 		}
 		__syncwarp();
@@ -249,9 +294,9 @@ kmg_fin_cluster(const kmg_args &a, int j, int fresh, double w, const double *clu
 	if (lane == 0)
 	{
 		if (!a.cosine && a.mu == NULL)
-			a.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
-		a.cn[j] = (float) s;
-		a.cnf[j] = nf;
+			out.cnorm[j] = s;	/* |c|^2 in double (assign/bytes.cu) */
+		out.cn[j] = (float) s;
+		out.cnf[j] = nf;
 	}
 	return nf;
 }
@@ -295,7 +340,7 @@ kmg_finalize_block_from(const kmg_args &a, int mode, int moved, int nempty, cons
 			const double w = mode != KMG_FIN_SETUP ? clus[(size_t) j * cw + dp] : 0.0;
 			const int	fresh = mode != KMG_FIN_SETUP && !((relmask >> q) & 1u) && w > 0.0;
 
-			cmax = fmaxf(cmax, kmg_fin_cluster(a, j, fresh, w, clus, mu0, allx));
+			cmax = fmaxf(cmax, kmg_fin_cluster(a, j, fresh, w, clus, mu0, allx, kmg_fin_out_of(a)));
 		}
 
 	/* the decisions */
