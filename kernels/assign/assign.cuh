@@ -113,10 +113,31 @@ cudaError_t kmg_fused_launch(const kmg_args *a, const kmg_assign_plan *plan, int
 							 cudaStream_t stream);
 
 /* ---- the fused passes' instances (narrow.cu, wide.cu, direct.cu) ---- */
+/*
+ * Whether a fit's passes at padded width DP end the iteration before them
+ * in every block (kmg_narrow_parallel_end, narrow.cu): at DP <= 16, built
+ * for compute capability 9 and above (dispatch.cu also asks it of the
+ * device).  The
+ * wider instances (one row a thread, 24 or 32 floats of it in registers
+ * through the end) spilled up to 228 bytes with the end inline; out of
+ * line, its call saved the rows to local memory each pass, which on 1M x 8
+ * cost more than the end spares (NOTES, round 28).  Built for sm_80, four
+ * of the others spilled (180 bytes at <16, 8, 2>), and it was not measured
+ * there.  Those keep the last block's end, and no code of the other.
+ */
+static __host__ __device__ constexpr bool
+kmg_narrow_parallel_end_on(int DP)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+	return false;
+#else
+	return DP <= 16;
+#endif
+}
+
 kmg_fused_fn kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 								 size_t *smem);
 size_t		kmg_narrow_fix_bytes(int k, int d);
-int			kmg_narrow_parallel(int dp);
 kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 							   size_t *smem);
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);

@@ -299,7 +299,7 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 	{
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
 		p.overlap = ok && kmg_overlap_on(&lim);
-		p.parallel_end = ok && mode == KMG_MODE_ITER && kmg_narrow_parallel(dp) &&
+		p.parallel_end = ok && mode == KMG_MODE_ITER && kmg_narrow_parallel_end_on(dp) &&
 			(lim.cc_major == 0 || lim.cc_major >= 9) && !kmg_env_off("KMG_PARALLEL_END");
 	}
 	else if (path == KMG_PATH_WIDE)

@@ -73,7 +73,7 @@ typedef struct kmg_narrow_layout
 	size_t		pre;			/* TR / 32 x KB ints: rows of the label in earlier groups */
 	size_t		list;			/* TR ints: the tile's rows by (label, row) */
 	size_t		w;				/* TR floats */
-	size_t		red;			/* 64 doubles + 32 ints */
+	size_t		red;			/* 64 doubles */
 	size_t		total;
 } kmg_narrow_layout;
 
@@ -105,7 +105,7 @@ kmg_narrow_layout_of(int DP, int KB, int R)
 	o += TR * sizeof(float);
 	o = KMG_ROUND_UP(o, 16);
 	L.red = o;
-	o += 64 * sizeof(double) + 32 * sizeof(int);
+	o += 64 * sizeof(double);
 	L.total = KMG_ROUND_UP(o, 16);
 	return L;
 }
@@ -128,27 +128,6 @@ kmg_narrow_rows(int DP)
 }
 
 #define KMG_NARROW_BPS 2		/* blocks per SM */
-
-/*
- * Whether a fit's passes at padded width DP end the iteration before them
- * in every block (kmg_narrow_parallel_end): at DP <= 16, on compute
- * capability 9 and above (dispatch.cu asks the same of the device).  The
- * wider instances (one row a thread, 24 or 32 floats of it in registers
- * through the end) spilled up to 228 bytes with the end inline; out of
- * line, its call saved the rows to local memory each pass, which on 1M x 8
- * cost more than the end spares (NOTES, round 28).  Built for sm_80, four
- * of the others spilled (180 bytes at <16, 8, 2>), and it was not measured
- * there.  Those keep the last block's end, and no code of the other.
- */
-static __host__ __device__ constexpr bool
-kmg_narrow_parallel_end_on(int DP)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-	return false;
-#else
-	return DP <= 16;
-#endif
-}
 
 /*
  * Words of one set of the fixed-point accumulators: k x (d + 1) cells x 2,
@@ -189,8 +168,7 @@ typedef struct kmg_narrow_smem
 	int		   *pre;			/* TR / 32 x KB: rows of the label in earlier groups */
 	int		   *list;			/* TR: the tile's rows by (label, row) */
 	float	   *w;				/* TR: the rows' weights */
-	double	   *red;			/* 64 doubles, then 32 ints (redi) */
-	int		   *redi;
+	double	   *red;			/* 64 doubles: a block's warps' sums (32 ints from red + 32) */
 } kmg_narrow_smem;
 
 /*
@@ -916,6 +894,83 @@ kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg
 }
 
 /*
+ * Column c of cluster j's row of the cluster sums (k x KMG_CW(dp): d sums,
+ * zeros to dp, the weight, the count, zeros) from a set of the accumulators
+ * f: a cell's two words decoded (a sum, or at c == dp the weight), the
+ * count's word, or 0.  FROM_L2: f is the accumulators themselves, read past
+ * L1 (other blocks' atomics wrote them) and cleared for the next pass;
+ * else a copy in shared memory.  The last block and the parallel end decode
+ * here.
+ */
+template <bool FROM_L2>
+__device__ __forceinline__ double
+kmg_narrow_clus_value(const kmg_args &a, unsigned long long *f, int j, int c, int d, int ncol, int ncell)
+{
+	double		v = 0.0;
+
+	if (c < d || c == a.dp)
+	{
+		unsigned long long *w = f + 2 * (j * ncol + (c < d ? c : d));
+		const int	shift = c < d ? a.sshift : a.wshift;
+
+		if (FROM_L2)
+		{
+			v = kmg_fix_decode(__ldcg(w), __ldcg(w + 1), shift);
+			w[0] = 0ull;
+			w[1] = 0ull;
+		}
+		else
+			v = kmg_fix_decode(w[0], w[1], shift);
+	}
+	else if (c == a.dp + 1)
+	{
+		unsigned long long *w = f + 2 * ncell + j;
+
+		v = (double) (FROM_L2 ? __ldcg(w) : w[0]);
+		if (FROM_L2)
+			w[0] = 0ull;
+	}
+	return v;
+}
+
+/*
+ * The estimate of a pass: its blocks' slots summed in a fixed tree (each
+ * thread's share in block order, the warps' xor trees, the warps in order
+ * through red, after a barrier: every thread of the block calls it), with
+ * the block's total of n (each thread's in, the total out) in the same
+ * tree; every thread gets both.
+ */
+__device__ __forceinline__ double
+kmg_narrow_estimate(const double *slots, double *red, int &n)
+{
+	const int	lane = threadIdx.x & 31;
+	int		   *redi = reinterpret_cast<int *>(red + 32);
+	double		e = 0.0;
+
+	for (int b = threadIdx.x; b < (int) gridDim.x; b += KMG_NARROW_NT)
+		e += __ldcg(&slots[b]);
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		e += __shfl_xor_sync(0xffffffffu, e, o);
+		n += __shfl_xor_sync(0xffffffffu, n, o);
+	}
+	if (lane == 0)
+	{
+		red[threadIdx.x >> 5] = e;
+		redi[threadIdx.x >> 5] = n;
+	}
+	__syncthreads();
+	e = red[0];
+	n = redi[0];
+	for (int w = 1; w < KMG_NARROW_NT / 32; w++)
+	{
+		e += red[w];
+		n += redi[w];
+	}
+	return e;
+}
+
+/*
  * The pass's last block: every column of the cluster sums decoded from the
  * accumulators (which it clears for the next pass), into a.clus
  * and into shared memory (the rows' room), the estimate from the blocks'
@@ -927,66 +982,29 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 					  int ncell)
 {
 	const int	cw = KMG_CW(a.dp);
-	const int	nb = gridDim.x;
 	double	   *sclus = reinterpret_cast<double *>(sm.xs);	/* k x cw, the rows' room is free */
 	__shared__ int s_moved;
 	int			nempty = 0;
-	double		e = 0.0;
+	double		e;
 	kmg_fin_reads fr;
 
 	/* the end's own reads first, so that they and the accumulators' are one round trip */
 	kmg_fin_read(a, KMG_FIN_ITER, fr);
 	if (tid == 0)
 		s_moved = *(volatile int *) &a.ctl->moved;
-	/* every column of clus: sums, zeros, w, count, estimate (cluster 0) */
+	/* every column of clus: sums, zeros, w, count, estimate (cluster 0, below) */
 	for (int x = tid; x < k * cw; x += KMG_NARROW_NT)
 	{
 		const int	j = x / cw;
 		const int	c = x - j * cw;
-		double		v = 0.0;
+		const double v = kmg_narrow_clus_value<true>(a, a.nfix, j, c, d, ncol, ncell);
 
-		if (c < d || c == a.dp)
-		{
-			const int	cell = j * ncol + (c < d ? c : d);
-			unsigned long long *f = a.nfix + 2 * cell;
-
-			v = kmg_fix_decode(__ldcg(f), __ldcg(f + 1), c < d ? a.sshift : a.wshift);
-			f[0] = 0ull;
-			f[1] = 0ull;
-			if (c == a.dp)
-				nempty += !(v > 0.0);
-		}
-		else if (c == a.dp + 1)
-		{
-			unsigned long long *f = a.nfix + 2 * ncell + j;
-
-			v = (double) __ldcg(f);
-			f[0] = 0ull;
-		}
+		if (c == a.dp)
+			nempty += !(v > 0.0);
 		a.clus[x] = v;
 		sclus[x] = v;
 	}
-	/* the estimate: the blocks' slots in a fixed tree */
-	for (int b = tid; b < nb; b += KMG_NARROW_NT)
-		e += __ldcg(&a.part[b]);
-	for (int o = 16; o > 0; o >>= 1)
-	{
-		e += __shfl_xor_sync(0xffffffffu, e, o);
-		nempty += __shfl_xor_sync(0xffffffffu, nempty, o);
-	}
-	if (lane == 0)
-	{
-		sm.red[warp] = e;
-		sm.redi[warp] = nempty;
-	}
-	__syncthreads();
-	e = sm.red[0];
-	nempty = sm.redi[0];
-	for (int w = 1; w < KMG_NARROW_NT / 32; w++)
-	{
-		e += sm.red[w];
-		nempty += sm.redi[w];
-	}
+	e = kmg_narrow_estimate(a.part, sm.red, nempty);	/* and the empty clusters; sclus is whole */
 	if (tid == 0)
 	{
 		a.clus[a.dp + 2] = e;
@@ -1077,27 +1095,18 @@ kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const km
 	double	   *sclus = reinterpret_cast<double *>(rr + room::CLUS);	/* k x CW: the sums */
 	float	   *scf = reinterpret_cast<float *>(rr + room::CF);	/* KB x DP: filter copies */
 	float	   *scnf = reinterpret_cast<float *>(rr + room::CNF);	/* KB: |c'| */
-	const unsigned long long *raw = reinterpret_cast<const unsigned long long *>(rr + room::RAW);
+	unsigned long long *raw = reinterpret_cast<unsigned long long *>(rr + room::RAW);
 	const int	ncol = d + 1;
 	const int	ncell = k * ncol;
 	__shared__ int s_stop;
 	__shared__ float s_cmax[NW];
 
-	const int	nb = gridDim.x;
-	const int	keeper = blockIdx.x == 0;
-	const double *slots = a.part + (size_t) ((p - 1) & 1) * nb;
 	const float mu0 = a.mu != NULL && lane < d ? a.mu[lane] : 0.0f;
 	const int	aliased = !a.cosine && a.mu == NULL;	/* the filter copy is the centroid */
-	double		e = 0.0;
 	int			moved,
 				namb,
-				nempty = 0,
 				allx = 0;
 
-	/* block 0: the estimate's slots (usually an SM's first block, it ends its tiles early: NOTES round 26) */
-	if (keeper)
-		for (int b = tid; b < nb; b += KMG_NARROW_NT)
-			e += __ldcg(&slots[b]);
 	kmg_cp16_wait<0>();
 	__syncthreads();			/* the set's words are in */
 	{
@@ -1107,18 +1116,14 @@ kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const km
 		namb = cnt[1];
 	}
 	for (int x = tid; x < k * CW; x += KMG_NARROW_NT)
-	{
-		const int	j = x / CW;
-		const int	c = x - j * CW;
-		const unsigned long long *fc = raw + 2 * (j * ncol + (c < d ? c : d));
-
-		sclus[x] = c < d || c == DP ? kmg_fix_decode(fc[0], fc[1], c < d ? a.sshift : a.wshift)
-			: c == DP + 1 ? (double) raw[2 * ncell + j] : 0.0;
-	}
+		sclus[x] = kmg_narrow_clus_value<false>(a, raw, x / CW, x % CW, d, ncol, ncell);
 	/* the filter copies' padding (kmg_fin_cluster writes the d columns): zeros, as every row's */
 	for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
 		scf[x] = 0.0f;
 	__syncthreads();
+
+	int			nempty = 0;
+
 	for (int j = 0; j < k; j++)
 		nempty += !(sclus[j * CW + DP] > 0.0);
 
@@ -1157,15 +1162,21 @@ kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const km
 
 	const int	stop = s_stop;
 
-	if (keeper)
+	if (blockIdx.x == 0)
 	{
-		/* the run's record, from the block's copies */
-		for (int o = 16; o > 0; o >>= 1)
-			e += __shfl_xor_sync(0xffffffffu, e, o);
-		if (lane == 0)
-			sm.red[warp] = e;
+		/*
+		 * The run's record: the sums with the estimate of pass p - 1's
+		 * blocks (cluster 0's estimate column); the block's copies of the
+		 * arrays kmg_fin_cluster writes (running it again into them, as
+		 * the finalizes do, made four instances spill); the decisions.
+		 * Block 0 is usually an SM's first block, which ends its tiles
+		 * early (NOTES round 26).
+		 */
+		int			none = 0;
+		const double e = kmg_narrow_estimate(a.part + (size_t) ((p - 1) & 1) * gridDim.x, sm.red, none);
+
 		for (int x = tid; x < k * CW; x += KMG_NARROW_NT)
-			a.clus[x] = sclus[x];
+			a.clus[x] = x == DP + 2 ? e : sclus[x];
 		if (change)
 		{
 			for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
@@ -1182,15 +1193,10 @@ kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const km
 					a.cnorm[tid] = sm.cnorm[tid];
 			}
 		}
-		__syncthreads();
 		if (tid == 0)
 		{
 			kmg_ctl		snap = kmg_ctl_snapshot(a.ctl);
 
-			e = sm.red[0];
-			for (int w = 1; w < NW; w++)
-				e += sm.red[w];
-			a.clus[DP + 2] = e;
 			snap.iter = t - 1;
 			snap.namb = namb;
 			snap.relocated = 0;
@@ -1225,8 +1231,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 		(float *) (kmg_nsmem + L.c2), (float *) (kmg_nsmem + L.cr), (float *) (kmg_nsmem + L.cn),
 		(double *) (kmg_nsmem + L.cnorm), (float *) (kmg_nsmem + L.xs),
 		(uint32_t *) (kmg_nsmem + L.mask), (int *) (kmg_nsmem + L.pre),
-		(int *) (kmg_nsmem + L.list), (float *) (kmg_nsmem + L.w), (double *) (kmg_nsmem + L.red),
-		(int *) ((double *) (kmg_nsmem + L.red) + 64)
+		(int *) (kmg_nsmem + L.list), (float *) (kmg_nsmem + L.w), (double *) (kmg_nsmem + L.red)
 	};
 	__shared__ unsigned int s_pass;
 	__shared__ int s_last,
@@ -1470,13 +1475,6 @@ kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb, size_t *s
 	*kb = 4 << j;
 	*smem = kmg_narrow_layout_of(dp, *kb, kmg_narrow_rows(dp)).total;
 	return kmg_narrow_table[i][j];
-}
-
-/* Whether a fit's narrow passes at padded width dp end their iterations in parallel (see above; the host's side). */
-int
-kmg_narrow_parallel(int dp)
-{
-	return kmg_narrow_parallel_end_on(dp);
 }
 
 /*
