@@ -10,8 +10,9 @@
  *	  certify (those the pass would settle exactly), and stores the labels
  *	  that changed, as the pass does:
  *	    read      the rows and labels alone (the pass's bytes)
- *	    fma       kmg_narrow_filter's loop: three rows a thread, the
- *	              centroids (-2 c) broadcast from shared memory, the slack
+ *	    fma       the engine's kmg_narrow_filter (this file #includes
+ *	              assign/narrow.cu) on three rows a thread, the centroids
+ *	              (-2 c) broadcast from shared memory, the slack
  *	              km_filter_slack; the next tile's loads after the
  *	              decisions, as in the engine (where the sums follow them)
  *	    fma2p, fma3p  two or three rows a thread, the next tile's loads
@@ -29,15 +30,15 @@
  *	              measurement, not a certified bound of the engine's)
  *	    tf32k, tf32ku4  tf32 with less work around the product: distances
  *	              keyed with the centroid's id in their low bits, so a row's
- *	              best two are unsigned minima (floor_tck)
+ *	              best two are unsigned minima (floor_tc's KEYED)
  *	  Each variant's certified labels are checked against the float64 argmin
  *	  (ties to the lowest id) of rows uniform in [-0.5, 0.5)^8 (the
  *	  centroids 16 points whose coordinates are random rows') and of 16
- *	  blobs; times are a launch's, from CUDA graphs
- *	  of 20 launches replayed, the rows (32 MB) resident in L2 as in a fit.
+ *	  blobs; times are a launch's, from CUDA graphs of 20 launches
+ *	  replayed, the rows (32 MB) resident in L2 as in a fit.
  *	  On an H200 (kernels/bench/NOTES.md, round 29) the CUDA cores' filter
- *	  alone took 14.3-14.8 us a pass and every tensor-core form longer
- *	  (19.6-29.5 us): at d = 8 a product replaces eight FMAs a centroid, and
+ *	  alone took 13.9-14.2 us a pass and every tensor-core form longer
+ *	  (19.7-25.7 us): at d = 8 a product replaces eight FMAs a centroid, and
  *	  a quad's merges cost more than that.
  *
  *	  bin/bench_narrow_floor [n]    (one GPU; n default 1000000)
@@ -50,11 +51,12 @@
 #include <string.h>
 
 #include "km_exact.h"
+#include "assign/narrow.cu"		/* kmg_narrow_filter: the engine's filter itself */
 
-#define D 8
-#define K 16
-#define NT 256
-#define R 3						/* rows a thread in fma, as kmg_narrow_rows(8) */
+#define FLOOR_D 8				/* columns (dp) */
+#define FLOOR_K 16				/* centroids */
+#define FLOOR_NT KMG_NARROW_NT	/* threads a block */
+#define FLOOR_R kmg_narrow_rows(FLOOR_D)	/* rows a thread, as the engine's */
 
 #define CK(call) \
 	do { \
@@ -68,21 +70,28 @@
 
 typedef struct floor_args
 {
-	const float *X;				/* n x D, centred */
+	const float *X;				/* n x FLOOR_D, centred */
 	int64_t		n;
-	const float *C2;			/* K x D: -2 c */
-	const float *cn;			/* K: |c|^2 */
+	const float *C2;			/* FLOOR_K x FLOOR_D: -2 c */
+	const float *cn;			/* FLOOR_K: |c|^2 */
 	float		cmax;
 	int		   *labels;
 	unsigned long long *count;	/* [0] rows not certified, [1] labels changed */
 	int			mark;			/* store label + 1000 for a row not certified */
 } floor_args;
 
-static __device__ __forceinline__ int64_t
-floor_at(int64_t row, int64_t r1)
+/* The centroids into shared memory: -2 c, then |c|^2 (the engine's layout for them). */
+static __device__ __forceinline__ void
+floor_centroids(const floor_args &a, float *sc)
 {
-	return max(row < r1 ? row : r1 - 1, (int64_t) 0);
+	if (threadIdx.x < FLOOR_K * FLOOR_D)
+		sc[threadIdx.x] = a.C2[threadIdx.x];
+	if (threadIdx.x < FLOOR_K)
+		sc[FLOOR_K * FLOOR_D + threadIdx.x] = a.cn[threadIdx.x];
+	__syncthreads();
 }
+
+#define FLOOR_SMEM ((FLOOR_K * FLOOR_D + FLOOR_K) * sizeof(float))
 
 static __device__ __forceinline__ void
 floor_count(unsigned long long *count, int unc, int moved)
@@ -102,8 +111,22 @@ floor_count(unsigned long long *count, int unc, int moved)
 	}
 }
 
+/* A row's decision: count it if not certified, store its label if it changed. */
+static __device__ __forceinline__ void
+floor_decide(const floor_args &a, int *lb, int i, int old, int best, int uncertain, int &unc, int &moved)
+{
+	const int	lab = best + (a.mark && uncertain ? 1000 : 0);
+
+	unc += uncertain;
+	if (old != lab)
+	{
+		lb[i] = lab;
+		moved++;
+	}
+}
+
 /* The rows and labels, each read once (a block's range, as the pass's). */
-__global__ void __launch_bounds__(NT, 2)
+__global__ void __launch_bounds__(FLOOR_NT, 2)
 floor_read(floor_args a)
 {
 	const int64_t r0 = (int64_t) blockIdx.x * a.n / gridDim.x;
@@ -111,9 +134,9 @@ floor_read(floor_args a)
 	float		s = 0.0f;
 	int			l = 0;
 
-	for (int64_t row = r0 + threadIdx.x; row < r1; row += NT)
+	for (int64_t row = r0 + threadIdx.x; row < r1; row += FLOOR_NT)
 	{
-		const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) row * D);
+		const float4 *src = reinterpret_cast<const float4 *>(a.X + (size_t) row * FLOOR_D);
 		const float4 p = src[0],
 					q = src[1];
 
@@ -124,48 +147,52 @@ floor_read(floor_args a)
 }
 
 /*
- * The engine's filter (kmg_narrow_filter) on RT rows a thread.  PRE: the
- * next tile's loads leave before the filter (registers for two tiles);
- * else after the decisions, as in the engine's pass, where the sums follow.
+ * The engine's filter (kmg_narrow_filter) on RT rows a thread, the rows at
+ * 32-bit offsets in the block's range.  PRE: the next tile's loads leave
+ * before the filter (registers for two tiles); else after the decisions,
+ * as in the engine's pass, where the sums follow them.
  */
 template <int RT, bool PRE>
-__global__ void __launch_bounds__(NT, 2)
+__global__ void __launch_bounds__(FLOOR_NT, 2)
 floor_fma(floor_args a)
 {
 	extern __shared__ __align__(16) float floor_smem[];
-	float	   *sc = floor_smem,
-			   *scn = floor_smem + K * D;
 	const int	tid = threadIdx.x;
 	const int64_t r0 = (int64_t) blockIdx.x * a.n / gridDim.x;
-	const int64_t r1 = (int64_t) (blockIdx.x + 1) * a.n / gridDim.x;
+	const int	nb = (int) ((int64_t) (blockIdx.x + 1) * a.n / gridDim.x - r0);
+	const float4 *X4 = reinterpret_cast<const float4 *>(a.X) + r0 * (FLOOR_D / 4);
+	int		   *lb = a.labels + r0;
+	kmg_narrow_smem sm = {};
 	int			unc = 0,
 				moved = 0;
 
-	if (tid < K * D)
-		sc[tid] = a.C2[tid];
-	if (tid < K)
-		scn[tid] = a.cn[tid];
-	__syncthreads();
+	floor_centroids(a, floor_smem);
+	sm.C2 = floor_smem;
+	sm.cn = floor_smem + FLOOR_K * FLOOR_D;
 
-	float4		xr[RT][2];
+	float4		xr[RT][FLOOR_D / 4];
 	int			old[RT];
 
-#pragma unroll
-	for (int r = 0; r < RT; r++)
-	{
-		const int64_t at = floor_at(r0 + r * NT + tid, r1);
-
-		xr[r][0] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[0];
-		xr[r][1] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[1];
-		old[r] = a.labels[at];
+#define FLOOR_FMA_LOAD(B) \
+	_Pragma("unroll") \
+	for (int r = 0; r < RT; r++) \
+	{ \
+		const int	at = min((B) + r * FLOOR_NT + tid, nb - 1); \
+		xr[r][0] = X4[at * 2]; \
+		xr[r][1] = X4[at * 2 + 1]; \
+		old[r] = lb[at]; \
 	}
-	for (int64_t base = r0; base < r1; base += NT * RT)
+
+	FLOOR_FMA_LOAD(0);
+	for (int base = 0; base < nb; base += FLOOR_NT * RT)
 	{
-		float4		x[RT][2];
+		float4		x[RT][FLOOR_D / 4];
 		int			o[RT];
+		float		f1[RT],
+					f2[RT];
+		int			b[RT];
 
 		__syncwarp();			/* as the engine's loop top: keeps the centroids' reads in the loop */
-
 #pragma unroll
 		for (int r = 0; r < RT; r++)
 		{
@@ -173,101 +200,33 @@ floor_fma(floor_args a)
 			x[r][1] = xr[r][1];
 			o[r] = old[r];
 		}
-		/* the next tile's loads, in flight under the filter */
 		if (PRE)
-		{
-#pragma unroll
-			for (int r = 0; r < RT; r++)
-			{
-				const int64_t at = floor_at(base + NT * RT + r * NT + tid, r1);
-	
-				xr[r][0] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[0];
-				xr[r][1] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[1];
-				old[r] = a.labels[at];
-			}
-		}
-
-		float		f1[RT],
-					f2[RT];
-		int			b[RT];
-
+			FLOOR_FMA_LOAD(base + FLOOR_NT * RT);
+		kmg_narrow_filter<FLOOR_D, FLOOR_K, RT>(sm, x, f1, f2, b);
 #pragma unroll
 		for (int r = 0; r < RT; r++)
 		{
-			f1[r] = INFINITY;
-			f2[r] = INFINITY;
-			b[r] = 0;
-		}
-#pragma unroll
-		for (int j = 0; j < K; j++)
-		{
-			const float4 c0 = reinterpret_cast<const float4 *>(sc + j * D)[0];
-			const float4 c1 = reinterpret_cast<const float4 *>(sc + j * D)[1];
-			const float cnj = scn[j];
-
-#pragma unroll
-			for (int r = 0; r < RT; r++)
-			{
-				float		v = cnj;
-
-				v = fmaf(x[r][0].x, c0.x, v);
-				v = fmaf(x[r][0].y, c0.y, v);
-				v = fmaf(x[r][0].z, c0.z, v);
-				v = fmaf(x[r][0].w, c0.w, v);
-				v = fmaf(x[r][1].x, c1.x, v);
-				v = fmaf(x[r][1].y, c1.y, v);
-				v = fmaf(x[r][1].z, c1.z, v);
-				v = fmaf(x[r][1].w, c1.w, v);
-				f2[r] = fminf(f2[r], fmaxf(f1[r], v));
-				if (v < f1[r])
-				{
-					f1[r] = v;
-					b[r] = j;
-				}
-			}
-		}
-#pragma unroll
-		for (int r = 0; r < RT; r++)
-		{
-			const int64_t row = base + r * NT + tid;
+			const int	i = base + r * FLOOR_NT + tid;
 			float		s = 0.0f;
 
-			s = fmaf(x[r][0].x, x[r][0].x, s);
-			s = fmaf(x[r][0].y, x[r][0].y, s);
-			s = fmaf(x[r][0].z, x[r][0].z, s);
-			s = fmaf(x[r][0].w, x[r][0].w, s);
-			s = fmaf(x[r][1].x, x[r][1].x, s);
-			s = fmaf(x[r][1].y, x[r][1].y, s);
-			s = fmaf(x[r][1].z, x[r][1].z, s);
-			s = fmaf(x[r][1].w, x[r][1].w, s);
-
-			const float slack = km_filter_slack(D, sqrtf(s), a.cmax);
-			const int	u = !(f2[r] - f1[r] > slack);
-			const int	lab = b[r] + (a.mark && u ? 1000 : 0);
-
-			if (row < r1)
+#pragma unroll
+			for (int q = 0; q < FLOOR_D / 4; q++)
 			{
-				unc += u;
-				if (o[r] != lab)
-				{
-					a.labels[row] = lab;
-					moved++;
-				}
+				s = fmaf(x[r][q].x, x[r][q].x, s);
+				s = fmaf(x[r][q].y, x[r][q].y, s);
+				s = fmaf(x[r][q].z, x[r][q].z, s);
+				s = fmaf(x[r][q].w, x[r][q].w, s);
 			}
+
+			const float slack = km_filter_slack(FLOOR_D, sqrtf(s), a.cmax);
+
+			if (i < nb)
+				floor_decide(a, lb, i, o[r], b[r], !(f2[r] - f1[r] > slack), unc, moved);
 		}
 		if (!PRE)
-		{
-#pragma unroll
-			for (int r = 0; r < RT; r++)
-			{
-				const int64_t at = floor_at(base + NT * RT + r * NT + tid, r1);
-	
-				xr[r][0] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[0];
-				xr[r][1] = reinterpret_cast<const float4 *>(a.X + (size_t) at * D)[1];
-				old[r] = a.labels[at];
-			}
-		}
+			FLOOR_FMA_LOAD(base + FLOOR_NT * RT);
 	}
+#undef FLOOR_FMA_LOAD
 	floor_count(a.count, unc, moved);
 }
 
@@ -303,6 +262,13 @@ floor_merge(float &f1, int &b, float &f2, float o1, int ob, float o2)
 	f2 = n2;
 }
 
+/* A distance (+ |x|^2, at least 0) keyed with its centroid's id in its four low bits. */
+static __device__ __forceinline__ uint32_t
+floor_key(float v, float xx, int j)
+{
+	return (__float_as_uint(fmaxf(v + xx, 0.0f)) & ~15u) | (uint32_t) j;
+}
+
 /*
  * The three-product slack (see the head of the file): km_screen_bound's
  * terms for three products' sums, the split's input errors (each operand
@@ -321,41 +287,47 @@ floor_slack3(int dp, float xnorm, float cmax)
 	e = 0x1p-24f * cc + 2.0f * 3.5f * 0x1p-22f * xc +
 		3.0f * (float) dp * 0x1p-22f * (1.0f + 0x1p-10f) * (cc + 2.0f * xc) +
 		3.0f * (float) dp * 0x1p-124f * (xnorm + cmax + 1.0f);
-	return 2.5f * e + km_filter_slack(D, xnorm, cmax);
+	return 2.5f * e + km_filter_slack(FLOOR_D, xnorm, cmax);
 }
 
 /*
  * The filter on the tensor cores: a warp takes U groups of 16 rows a step
- * (the next step's loads in flight under this one's products).
- * Lane (g, t) = (lane / 4, lane % 4) loads columns 2t and 2t + 1 of rows g
- * and g + 8 of a group (one 8-byte load each); the product's k index t
- * stands for column 2t and t + 4 for 2t + 1 (a dot product does not care in
- * which order its columns come), so A's fragment is those four values and
- * B's is -2 c_j at the same columns, j = 8 nt + g.  The accumulators start
- * at |c_j|^2: lane (g, t) ends with rows g and g + 8 against centroids 2t,
+ * (the next step's loads in flight under this one's products).  Lane
+ * (g, t) = (lane / 4, lane % 4) loads columns 2t and 2t + 1 of rows g and
+ * g + 8 of a group (one 8-byte load each); the product's k index t stands
+ * for column 2t and t + 4 for 2t + 1 (a dot product does not care in which
+ * order its columns come), so A's fragment is those four values and B's is
+ * -2 c_j at the same columns, j = 8 nt + g.  The accumulators start at
+ * |c_j|^2: lane (g, t) ends with rows g and g + 8 against centroids 2t,
  * 2t + 1, 8 + 2t, 9 + 2t, and the quad's four lanes share a row's best two.
+ * SPLIT 3: each operand split into TF32 hi + lo, three products.  KEYED:
+ * the values made distances keyed with their centroid's id (floor_key), so
+ * that the lane's and the quad's best two are unsigned minima and maxima of
+ * 32-bit keys, with no ids carried beside them and no tie rule (a tie is
+ * inside the slack); a key moves its value by at most 16 ulp and the sum
+ * with |x|^2 rounds once, so 2^-18 (|x| + cmax)^2 more slack covers both.
+ * Else the merges carry (value, id, second).  Lane t < 2 decides row g + 8 t.
  */
-template <int SPLIT, int U>
-__global__ void __launch_bounds__(NT, 2)
+template <int SPLIT, int U, bool KEYED>
+__global__ void __launch_bounds__(FLOOR_NT, 2)
 floor_tc(floor_args a)
 {
-	__shared__ __align__(16) float sc[K * D];
-	__shared__ float scn[K];
+	extern __shared__ __align__(16) float floor_smem[];
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
 	const int	g = lane >> 2;
 	const int	t = lane & 3;
 	const int64_t r0 = (int64_t) blockIdx.x * a.n / gridDim.x;
-	const int64_t r1 = (int64_t) (blockIdx.x + 1) * a.n / gridDim.x;
+	const int	nb = (int) ((int64_t) (blockIdx.x + 1) * a.n / gridDim.x - r0);
+	const float2 *X2 = reinterpret_cast<const float2 *>(a.X) + r0 * (FLOOR_D / 2) + t;
+	int		   *lb = a.labels + r0;
+	const float *sc = floor_smem,
+			   *scn = floor_smem + FLOOR_K * FLOOR_D;
 	int			unc = 0,
 				moved = 0;
 
-	if (tid < K * D)
-		sc[tid] = a.C2[tid];
-	if (tid < K)
-		scn[tid] = a.cn[tid];
-	__syncthreads();
+	floor_centroids(a, floor_smem);
 
 	uint32_t	bh[2][2],
 				bl[2][2];
@@ -364,12 +336,10 @@ floor_tc(floor_args a)
 #pragma unroll
 	for (int nt = 0; nt < 2; nt++)
 	{
-		const int	j = nt * 8 + g;
-
 #pragma unroll
 		for (int h = 0; h < 2; h++)
 		{
-			const float v = sc[j * D + 2 * t + h];
+			const float v = sc[(nt * 8 + g) * FLOOR_D + 2 * t + h];
 
 			bh[nt][h] = floor_tf32(v);
 			bl[nt][h] = floor_tf32(v - __uint_as_float(bh[nt][h]));
@@ -378,8 +348,7 @@ floor_tc(floor_args a)
 		ci[nt][1] = scn[nt * 8 + 2 * t + 1];
 	}
 
-	/* a warp step: U groups of 16 rows, (warp + 8 s) U + u */
-	const int64_t step_rows = (int64_t) 16 * U * (NT / 32);
+	constexpr int step_rows = 16 * U * (FLOOR_NT / 32);
 	float2		xr[U][2];
 	int			old[U];
 
@@ -387,14 +356,14 @@ floor_tc(floor_args a)
 	_Pragma("unroll") \
 	for (int u = 0; u < U; u++) \
 	{ \
-		const int64_t gb = (B) + (int64_t) 16 * (warp * U + u); \
-		xr[u][0] = *reinterpret_cast<const float2 *>(a.X + (size_t) floor_at(gb + g, r1) * D + 2 * t); \
-		xr[u][1] = *reinterpret_cast<const float2 *>(a.X + (size_t) floor_at(gb + g + 8, r1) * D + 2 * t); \
-		old[u] = t < 2 ? a.labels[floor_at(gb + g + 8 * t, r1)] : 0; \
+		const int	i0 = (B) + 16 * (warp * U + u); \
+		xr[u][0] = X2[min(i0 + g, nb - 1) * (FLOOR_D / 2)]; \
+		xr[u][1] = X2[min(i0 + g + 8, nb - 1) * (FLOOR_D / 2)]; \
+		old[u] = lb[min(i0 + g + 8 * (t & 1), nb - 1)]; \
 	}
 
-	FLOOR_TC_LOAD(r0);
-	for (int64_t base = r0; base < r1; base += step_rows)
+	FLOOR_TC_LOAD(0);
+	for (int base = 0; base < nb; base += step_rows)
 	{
 		float2		x[U][2];
 		int			o[U];
@@ -417,11 +386,11 @@ floor_tc(floor_args a)
 			float		acc[2][4];
 
 #pragma unroll
-			for (int i = 0; i < 4; i++)
+			for (int q = 0; q < 4; q++)
 			{
-				ah[i] = floor_tf32(av[i]);
+				ah[q] = floor_tf32(av[q]);
 				if (SPLIT == 3)
-					al[i] = floor_tf32(av[i] - __uint_as_float(ah[i]));
+					al[q] = floor_tf32(av[q] - __uint_as_float(ah[q]));
 			}
 #pragma unroll
 			for (int nt = 0; nt < 2; nt++)
@@ -436,7 +405,7 @@ floor_tc(floor_args a)
 				floor_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
 			}
 
-			/* row g (h = 0) and row g + 8 (h = 1): the lane's four values, then the quad's */
+			/* row g (h = 0) and row g + 8 (h = 1): each row's best, its id, the second */
 			float		f1[2],
 						f2[2],
 						xx[2];
@@ -445,222 +414,81 @@ floor_tc(floor_args a)
 #pragma unroll
 			for (int h = 0; h < 2; h++)
 			{
-				const float v0 = acc[0][2 * h],
-							v1 = acc[0][2 * h + 1],
-							v2 = acc[1][2 * h],
-							v3 = acc[1][2 * h + 1];
-				float		p1 = v0,
-							p2 = INFINITY;
-				int			pb = 2 * t;
-
-				floor_merge(p1, pb, p2, v1, 2 * t + 1, INFINITY);
-				floor_merge(p1, pb, p2, v2, 8 + 2 * t, INFINITY);
-				floor_merge(p1, pb, p2, v3, 9 + 2 * t, INFINITY);
-#pragma unroll
-				for (int o = 1; o <= 2; o <<= 1)
-				{
-					const float o1 = __shfl_xor_sync(0xffffffffu, p1, o);
-					const int	ob = __shfl_xor_sync(0xffffffffu, pb, o);
-					const float o2 = __shfl_xor_sync(0xffffffffu, p2, o);
-
-					floor_merge(p1, pb, p2, o1, ob, o2);
-				}
-				f1[h] = p1;
-				f2[h] = p2;
-				b[h] = pb;
-
 				const float2 xv = x[u][h];
 				float		s = fmaf(xv.x, xv.x, xv.y * xv.y);
 
 				s += __shfl_xor_sync(0xffffffffu, s, 1);
 				s += __shfl_xor_sync(0xffffffffu, s, 2);
 				xx[h] = s;
+
+				const float v[4] = {acc[0][2 * h], acc[0][2 * h + 1], acc[1][2 * h], acc[1][2 * h + 1]};
+				const int	j[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+
+				if (KEYED)
+				{
+					const uint32_t e0 = floor_key(v[0], s, j[0]),
+								e1 = floor_key(v[1], s, j[1]),
+								e2 = floor_key(v[2], s, j[2]),
+								e3 = floor_key(v[3], s, j[3]);
+					const uint32_t m01 = min(e0, e1),
+								M01 = max(e0, e1),
+								m23 = min(e2, e3),
+								M23 = max(e2, e3);
+					uint32_t	p1 = min(m01, m23),
+								p2 = min(max(m01, m23), min(M01, M23));
+
+#pragma unroll
+					for (int off = 1; off <= 2; off <<= 1)
+					{
+						const uint32_t o1 = __shfl_xor_sync(0xffffffffu, p1, off);
+						const uint32_t o2 = __shfl_xor_sync(0xffffffffu, p2, off);
+
+						p2 = min(max(p1, o1), min(p2, o2));
+						p1 = min(p1, o1);
+					}
+					f1[h] = __uint_as_float(p1 & ~15u);
+					f2[h] = __uint_as_float(p2 & ~15u);
+					b[h] = (int) (p1 & 15u);
+				}
+				else
+				{
+					float		p1 = v[0],
+								p2 = INFINITY;
+					int			pb = j[0];
+
+#pragma unroll
+					for (int q = 1; q < 4; q++)
+						floor_merge(p1, pb, p2, v[q], j[q], INFINITY);
+#pragma unroll
+					for (int off = 1; off <= 2; off <<= 1)
+					{
+						const float o1 = __shfl_xor_sync(0xffffffffu, p1, off);
+						const int	ob = __shfl_xor_sync(0xffffffffu, pb, off);
+						const float o2 = __shfl_xor_sync(0xffffffffu, p2, off);
+
+						floor_merge(p1, pb, p2, o1, ob, o2);
+					}
+					f1[h] = p1;
+					f2[h] = p2;
+					b[h] = pb;
+				}
 			}
 
-			/* lane t < 2 decides row g + 8 t */
 			if (t < 2)
 			{
-				const int64_t row = base + (int64_t) 16 * (warp * U + u) + g + 8 * t;
+				const int	i = base + 16 * (warp * U + u) + g + 8 * t;
 				const float xn = sqrtf(t ? xx[1] : xx[0]);
-				const float slack = SPLIT == 3 ? floor_slack3(D, xn, a.cmax)
-					: km_screen_slack(D, D, xn, a.cmax);
+				const float r = xn + a.cmax;
+				const float slack = SPLIT == 3 ? floor_slack3(FLOOR_D, xn, a.cmax)
+					: km_screen_slack(FLOOR_D, FLOOR_D, xn, a.cmax) + (KEYED ? 0x1p-18f * r * r : 0.0f);
 				const float gap = t ? f2[1] - f1[1] : f2[0] - f1[0];
-				const int	un = !(gap > slack);
-				const int	lab = (t ? b[1] : b[0]) + (a.mark && un ? 1000 : 0);
 
-				if (row < r1)
-				{
-					unc += un;
-					if (o[u] != lab)
-					{
-						a.labels[row] = lab;
-						moved++;
-					}
-				}
+				if (i < nb)
+					floor_decide(a, lb, i, o[u], t ? b[1] : b[0], !(gap > slack), unc, moved);
 			}
 		}
 	}
 #undef FLOOR_TC_LOAD
-	floor_count(a.count, unc, moved);
-}
-
-/*
- * The same product with less work around it (tf32k): each value made a
- * distance (+ |x|^2, at least 0) and its centroid's id put in its four low
- * bits, so that a row's best two over its lane's four values and then the
- * quad's are unsigned minima and maxima of 32-bit keys (no ids carried
- * beside the values, no tie rule: a tie is inside the slack); 32-bit row
- * offsets within the block.  The keys move a value by at most 16 ulp, and
- * the sum with |x|^2 rounds once: 2^-18 (|x| + cmax)^2 more slack covers both.
- */
-static __device__ __forceinline__ uint32_t
-floor_key(float v, float xx, int j)
-{
-	return (__float_as_uint(fmaxf(v + xx, 0.0f)) & ~15u) | (uint32_t) j;
-}
-
-template <int U>
-__global__ void __launch_bounds__(NT, 2)
-floor_tck(floor_args a)
-{
-	__shared__ __align__(16) float sc[K * D];
-	__shared__ float scn[K];
-	const int	tid = threadIdx.x;
-	const int	lane = tid & 31;
-	const int	warp = tid >> 5;
-	const int	g = lane >> 2;
-	const int	t = lane & 3;
-	const int64_t r0 = (int64_t) blockIdx.x * a.n / gridDim.x;
-	const int	nb = (int) ((int64_t) (blockIdx.x + 1) * a.n / gridDim.x - r0);
-	const float2 *X2 = reinterpret_cast<const float2 *>(a.X) + r0 * (D / 2) + t;
-	int		   *lb = a.labels + r0;
-	int			unc = 0,
-				moved = 0;
-
-	if (tid < K * D)
-		sc[tid] = a.C2[tid];
-	if (tid < K)
-		scn[tid] = a.cn[tid];
-	__syncthreads();
-
-	uint32_t	bh[2][2];
-	float		ci[2][2];
-
-#pragma unroll
-	for (int nt = 0; nt < 2; nt++)
-	{
-		bh[nt][0] = floor_tf32(sc[(nt * 8 + g) * D + 2 * t]);
-		bh[nt][1] = floor_tf32(sc[(nt * 8 + g) * D + 2 * t + 1]);
-		ci[nt][0] = scn[nt * 8 + 2 * t];
-		ci[nt][1] = scn[nt * 8 + 2 * t + 1];
-	}
-
-	constexpr int step_rows = 16 * U * (NT / 32);
-	float2		xr[U][2];
-	int			old[U];
-
-#define FLOOR_TCK_LOAD(B) \
-	_Pragma("unroll") \
-	for (int u = 0; u < U; u++) \
-	{ \
-		const int	i0 = (B) + 16 * (warp * U + u); \
-		xr[u][0] = X2[min(i0 + g, nb - 1) * (D / 2)]; \
-		xr[u][1] = X2[min(i0 + g + 8, nb - 1) * (D / 2)]; \
-		old[u] = lb[min(i0 + g + 8 * (t & 1), nb - 1)]; \
-	}
-
-	FLOOR_TCK_LOAD(0);
-	for (int base = 0; base < nb; base += step_rows)
-	{
-		float2		x[U][2];
-		int			o[U];
-
-#pragma unroll
-		for (int u = 0; u < U; u++)
-		{
-			x[u][0] = xr[u][0];
-			x[u][1] = xr[u][1];
-			o[u] = old[u];
-		}
-		FLOOR_TCK_LOAD(base + step_rows);
-
-#pragma unroll
-		for (int u = 0; u < U; u++)
-		{
-			const uint32_t ah[4] = {floor_tf32(x[u][0].x), floor_tf32(x[u][1].x),
-									floor_tf32(x[u][0].y), floor_tf32(x[u][1].y)};
-			float		acc[2][4];
-
-#pragma unroll
-			for (int nt = 0; nt < 2; nt++)
-			{
-				acc[nt][0] = acc[nt][2] = ci[nt][0];
-				acc[nt][1] = acc[nt][3] = ci[nt][1];
-				floor_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
-			}
-
-			uint32_t	k1[2],
-						k2[2];
-			float		xx[2];
-
-#pragma unroll
-			for (int h = 0; h < 2; h++)
-			{
-				float		s = fmaf(x[u][h].x, x[u][h].x, x[u][h].y * x[u][h].y);
-
-				s += __shfl_xor_sync(0xffffffffu, s, 1);
-				s += __shfl_xor_sync(0xffffffffu, s, 2);
-				xx[h] = s;
-
-				const uint32_t e0 = floor_key(acc[0][2 * h], s, 2 * t),
-							e1 = floor_key(acc[0][2 * h + 1], s, 2 * t + 1),
-							e2 = floor_key(acc[1][2 * h], s, 8 + 2 * t),
-							e3 = floor_key(acc[1][2 * h + 1], s, 9 + 2 * t);
-				const uint32_t m01 = min(e0, e1),
-							M01 = max(e0, e1),
-							m23 = min(e2, e3),
-							M23 = max(e2, e3);
-				uint32_t	p1 = min(m01, m23),
-							p2 = min(max(m01, m23), min(M01, M23));
-
-#pragma unroll
-				for (int off = 1; off <= 2; off <<= 1)
-				{
-					const uint32_t o1 = __shfl_xor_sync(0xffffffffu, p1, off);
-					const uint32_t o2 = __shfl_xor_sync(0xffffffffu, p2, off);
-
-					p2 = min(max(p1, o1), min(p2, o2));
-					p1 = min(p1, o1);
-				}
-				k1[h] = p1;
-				k2[h] = p2;
-			}
-
-			/* lane t < 2 decides row g + 8 t */
-			if (t < 2)
-			{
-				const int	i = base + 16 * (warp * U + u) + g + 8 * t;
-				const uint32_t q1 = t ? k1[1] : k1[0],
-							q2 = t ? k2[1] : k2[0];
-				const float xn = sqrtf(t ? xx[1] : xx[0]);
-				const float r = xn + a.cmax;
-				const float slack = km_screen_slack(D, D, xn, a.cmax) + 0x1p-18f * r * r;
-				const int	un = !(__uint_as_float(q2 & ~15u) - __uint_as_float(q1 & ~15u) > slack);
-				const int	lab = (int) (q1 & 15u) + (a.mark && un ? 1000 : 0);
-
-				if (i < nb)
-				{
-					unc += un;
-					if (o[u] != lab)
-					{
-						lb[i] = lab;
-						moved++;
-					}
-				}
-			}
-		}
-	}
-#undef FLOOR_TCK_LOAD
 	floor_count(a.count, unc, moved);
 }
 
@@ -699,14 +527,14 @@ typedef struct floor_variant
 
 static const floor_variant variants[] = {
 	{"read", floor_read, 0},
-	{"fma", floor_fma<R, false>, 1},
+	{"fma", floor_fma<FLOOR_R, false>, 1},
 	{"fma2p", floor_fma<2, true>, 1},
 	{"fma3p", floor_fma<3, true>, 1},
-	{"tf32", floor_tc<1, 2>, 1},
-	{"tf32x3", floor_tc<3, 2>, 1},
-	{"tf32x3u4", floor_tc<3, 4>, 1},
-	{"tf32k", floor_tck<2>, 1},
-	{"tf32ku4", floor_tck<4>, 1},
+	{"tf32", floor_tc<1, 2, false>, 1},
+	{"tf32x3", floor_tc<3, 2, false>, 1},
+	{"tf32x3u4", floor_tc<3, 4, false>, 1},
+	{"tf32k", floor_tc<1, 2, true>, 1},
+	{"tf32ku4", floor_tc<1, 4, true>, 1},
 };
 #define NVAR ((int) (sizeof(variants) / sizeof(variants[0])))
 
@@ -719,13 +547,13 @@ exact_labels(const float *X, int64_t n, const float *C, int *lab)
 		double		best = INFINITY;
 		int			bj = 0;
 
-		for (int j = 0; j < K; j++)
+		for (int j = 0; j < FLOOR_K; j++)
 		{
 			double		s = 0.0;
 
-			for (int c = 0; c < D; c++)
+			for (int c = 0; c < FLOOR_D; c++)
 			{
-				const double e = (double) X[i * D + c] - (double) C[j * D + c];
+				const double e = (double) X[i * FLOOR_D + c] - (double) C[j * FLOOR_D + c];
 
 				s += e * e;
 			}
@@ -749,13 +577,13 @@ main(int argc, char **argv)
 	CK(cudaGetDevice(&dev));
 	CK(cudaGetDeviceProperties(&prop, dev));
 	printf("# %s, %d SMs; n = %lld, d = %d, k = %d; grid 2 blocks an SM of %d threads\n",
-		   prop.name, prop.multiProcessorCount, (long long) n, D, K, NT);
+		   prop.name, prop.multiProcessorCount, (long long) n, FLOOR_D, FLOOR_K, FLOOR_NT);
 
 	const int	grid = 2 * prop.multiProcessorCount;
-	float	   *hX = (float *) malloc((size_t) n * D * sizeof(float));
-	float		hC[K * D],
-				hC2[K * D],
-				hcn[K];
+	float	   *hX = (float *) malloc((size_t) n * FLOOR_D * sizeof(float));
+	float		hC[FLOOR_K * FLOOR_D],
+				hC2[FLOOR_K * FLOOR_D],
+				hcn[FLOOR_K];
 	int		   *ref = (int *) malloc((size_t) n * sizeof(int));
 	int		   *got = (int *) malloc((size_t) n * sizeof(int));
 	float	   *dX,
@@ -765,7 +593,7 @@ main(int argc, char **argv)
 	unsigned long long *dcount;
 	cudaStream_t st;
 
-	CK(cudaMalloc(&dX, (size_t) n * D * sizeof(float)));
+	CK(cudaMalloc(&dX, (size_t) n * FLOOR_D * sizeof(float)));
 	CK(cudaMalloc(&dC2, sizeof(hC2)));
 	CK(cudaMalloc(&dcn, sizeof(hcn)));
 	CK(cudaMalloc(&dlab, (size_t) n * sizeof(int)));
@@ -778,36 +606,36 @@ main(int argc, char **argv)
 		 * rows uniform in [-0.5, 0.5)^8, the centroids with each coordinate
 		 * a random row's; or 16 blobs (sd 0.06), the centroids near their centres
 		 */
-		float		centre[K * D];
+		float		centre[FLOOR_K * FLOOR_D];
 
-		for (int j = 0; j < K * D; j++)
+		for (int j = 0; j < FLOOR_K * FLOOR_D; j++)
 			centre[j] = (float) (urand() - 0.5);
 		for (int64_t i = 0; i < n; i++)
 		{
-			const int	j = (int) (urand() * K);
+			const int	j = (int) (urand() * FLOOR_K);
 
-			for (int c = 0; c < D; c++)
-				hX[i * D + c] = data == 0 ? (float) (urand() - 0.5)
-					: (float) (centre[j * D + c] + 0.06 * nrand());
+			for (int c = 0; c < FLOOR_D; c++)
+				hX[i * FLOOR_D + c] = data == 0 ? (float) (urand() - 0.5)
+					: (float) (centre[j * FLOOR_D + c] + 0.06 * nrand());
 		}
 		float		cmax = 0.0f;
 
-		for (int j = 0; j < K; j++)
+		for (int j = 0; j < FLOOR_K; j++)
 		{
 			double		s = 0.0;
 
-			for (int c = 0; c < D; c++)
+			for (int c = 0; c < FLOOR_D; c++)
 			{
-				hC[j * D + c] = data == 0 ? hX[(int64_t) (urand() * n) * D + c]
-					: (float) (centre[j * D + c] + 0.01 * nrand());
-				hC2[j * D + c] = -2.0f * hC[j * D + c];
-				s += (double) hC[j * D + c] * hC[j * D + c];
+				hC[j * FLOOR_D + c] = data == 0 ? hX[(int64_t) (urand() * n) * FLOOR_D + c]
+					: (float) (centre[j * FLOOR_D + c] + 0.01 * nrand());
+				hC2[j * FLOOR_D + c] = -2.0f * hC[j * FLOOR_D + c];
+				s += (double) hC[j * FLOOR_D + c] * hC[j * FLOOR_D + c];
 			}
 			hcn[j] = (float) s;
 			cmax = fmaxf(cmax, (float) sqrt(s) * (1.0f + 0x1p-20f));
 		}
 		exact_labels(hX, n, hC, ref);
-		CK(cudaMemcpy(dX, hX, (size_t) n * D * sizeof(float), cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dX, hX, (size_t) n * FLOOR_D * sizeof(float), cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(dC2, hC2, sizeof(hC2), cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(dcn, hcn, sizeof(hcn), cudaMemcpyHostToDevice));
 
@@ -824,7 +652,7 @@ main(int argc, char **argv)
 			a.mark = 1;
 			CK(cudaMemset(dlab, 0xff, (size_t) n * sizeof(int)));
 			CK(cudaMemset(dcount, 0, 2 * sizeof(unsigned long long)));
-			variants[v].fn<<<grid, NT, (K * D + K) * sizeof(float), st>>>(a);
+			variants[v].fn<<<grid, FLOOR_NT, FLOOR_SMEM, st>>>(a);
 			CK(cudaStreamSynchronize(st));
 			CK(cudaMemcpy(got, dlab, (size_t) n * sizeof(int), cudaMemcpyDeviceToHost));
 			CK(cudaMemcpy(hc, dcount, sizeof(hc), cudaMemcpyDeviceToHost));
@@ -858,7 +686,7 @@ main(int argc, char **argv)
 
 			CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
 			for (int i = 0; i < per; i++)
-				variants[v].fn<<<grid, NT, (K * D + K) * sizeof(float), st>>>(a);
+				variants[v].fn<<<grid, FLOOR_NT, FLOOR_SMEM, st>>>(a);
 			CK(cudaStreamEndCapture(st, &gr));
 			CK(cudaGraphInstantiate(&ge[v], gr, 0));
 			CK(cudaGraphDestroy(gr));
