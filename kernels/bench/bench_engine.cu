@@ -29,7 +29,7 @@
  *   by test/bench/kmeans_bench.c's generator (blobs plus 10% noise); and in
  *   the same run cuBLAS SGEMM of (n x d)(d x k), strict fp32, and the ratio.
  *   BENCH_ONLY=i: shape i alone; BENCH_N2=m: N2 = m for every shape; BENCH_N=m:
- *   m rows for every shape.
+ *   m rows for every shape; BENCH_D=c, BENCH_K=j: c columns and j clusters.
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -1719,8 +1719,11 @@ bench(void)
 		/* BENCH_N=m: m rows instead of the shape's (a pass's tiles at other sizes) */
 		const int64_t n = getenv("BENCH_N") != NULL && atoll(getenv("BENCH_N")) > 0 ?
 			atoll(getenv("BENCH_N")) : shapes[s].n;
-		const int	d = shapes[s].d,
-					k = shapes[s].k;
+		/* BENCH_D=c, BENCH_K=j: c columns, j clusters instead of the shape's (other instances of a pass) */
+		const int	d = getenv("BENCH_D") != NULL && atoi(getenv("BENCH_D")) > 0 ?
+			atoi(getenv("BENCH_D")) : shapes[s].d,
+					k = getenv("BENCH_K") != NULL && atoi(getenv("BENCH_K")) > 0 ?
+			atoi(getenv("BENCH_K")) : shapes[s].k;
 		/*
 		 * BENCH_N2=m: the longer fit runs to m iterations (a fit's set-up,
 		 * which varies by some 100 us from fit to fit, then weighs less in
