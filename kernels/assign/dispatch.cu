@@ -169,13 +169,21 @@ kmg_plan_wide(kmg_assign_plan *p, int64_t n, int dp, int k, const kmg_device *li
 }
 
 /*
- * Programmatic dependent launch (kmg_launch_overlapped): compute capability
- * 9 on (or no device yet), unless KMG_OVERLAP=0.
+ * Compute capability 9 and above, or no device yet (a plan made before one
+ * is chosen): what the overlapped launches, the byte pass and the narrow
+ * pass's parallel end need of the device.
  */
+static int
+kmg_cc9_on(const kmg_device *lim)
+{
+	return lim->cc_major == 0 || lim->cc_major >= 9;
+}
+
+/* Programmatic dependent launch (kmg_launch_overlapped), unless KMG_OVERLAP=0. */
 static int
 kmg_overlap_on(const kmg_device *lim)
 {
-	return (lim->cc_major == 0 || lim->cc_major >= 9) && !kmg_env_off("KMG_OVERLAP");
+	return kmg_cc9_on(lim) && !kmg_env_off("KMG_OVERLAP");
 }
 
 /*
@@ -190,7 +198,7 @@ kmg_plan_bytes(int64_t n, int d, int k, int mode, const kmg_device *lim)
 {
 	return mode == KMG_MODE_ITER && k >= 1 && k <= KMG_BYTES_KMAX && n <= kmg_bytes_nmax(lim->sms) &&
 		kmg_bytes_stride(d) <= KMG_BYTES_DPMAX && kmg_bytes_smem(d) <= lim->smem_optin &&
-		(lim->cc_major == 0 || lim->cc_major >= 9) && !kmg_env_off("KMG_BYTES");
+		kmg_cc9_on(lim) && !kmg_env_off("KMG_BYTES");
 }
 
 /* The direct row: k <= 32, any dp. */
@@ -300,7 +308,7 @@ kmg_assign_plan_path(int path, int64_t n, int d, int dp, int k, int mode, const 
 		ok = kmg_plan_narrow(&p, n, dp, k, &lim);
 		p.overlap = ok && kmg_overlap_on(&lim);
 		p.parallel_end = ok && mode == KMG_MODE_ITER && kmg_narrow_parallel_end_on(dp) &&
-			(lim.cc_major == 0 || lim.cc_major >= 9) && !kmg_env_off("KMG_PARALLEL_END");
+			kmg_cc9_on(&lim) && !kmg_env_off("KMG_PARALLEL_END");
 	}
 	else if (path == KMG_PATH_WIDE)
 	{
