@@ -522,8 +522,11 @@ typedef struct floor_variant
 {
 	const char *name;
 	floor_kernel fn;
-	int			certifies;
+	int			certifies;		/* decides labels (read does not) */
 } floor_variant;
+
+/* variants[]'s index of the engine's filter, the yardstick of the times */
+#define FLOOR_FMA 1
 
 static const floor_variant variants[] = {
 	{"read", floor_read, 0},
@@ -643,8 +646,11 @@ main(int argc, char **argv)
 		const char *dname = data == 0 ? "uniform" : "blobs";
 
 		/* one checked launch each: certified labels against the float64 argmin */
-		for (int v = 1; v < NVAR; v++)
+		for (int v = 0; v < NVAR; v++)
 		{
+			if (!variants[v].certifies)
+				continue;
+
 			unsigned long long hc[2];
 			int64_t		wrong = 0,
 						unc = 0;
@@ -732,7 +738,7 @@ main(int argc, char **argv)
 		}
 		for (int v = 0; v < NVAR; v++)
 			printf("time  %-7s %-8s us a pass: median %.2f (min %.2f, max %.2f), %.2f of fma's\n",
-				   dname, variants[v].name, med[v], lo[v], hi[v], med[v] / med[1]);
+				   dname, variants[v].name, med[v], lo[v], hi[v], med[v] / med[FLOOR_FMA]);
 		CK(cudaEventDestroy(e0));
 		CK(cudaEventDestroy(e1));
 	}
