@@ -17,7 +17,9 @@
  *	- argmin in one order everywhere: the smaller cost, ties to the lower
  *	  index (KMG_BEFORE, kmg_warp_argmin, kmg_argmin_strided);
  *	- order-free sums: 128-bit fixed-point atomics (kmg_fix_atomic,
- *	  kmg_fix_decode, kmg_fix_warp_sum) and integer block counts
+ *	  kmg_fix_decode, kmg_fix_warp_sum; kmg_i128_atomic, and
+ *	  kmg_i128_round, which rounds an exact integer sum once), integer
+ *	  reductions that return nothing (kmg_red_add) and integer block counts
  *	  (kmg_block_add_int, and with a block's estimate kmg_block_counts);
  *	- distances rounded outwards, for bounds (kmg_sqrt_ru, kmg_sqrt_rd);
  *	- kernels that overlap the one before them in the stream (programmatic
@@ -429,6 +431,70 @@ kmg_argmin_strided(const double *cs, const int *js, int n, int stride, double &c
 /* ---- order-free sums ---- */
 
 /*
+ * *p += v in global memory as a reduction: no value comes back, so the
+ * thread does not wait for it (atomicAdd's unused result still compiled to
+ * an atomic with a return here, and a warp waited for each in turn).
+ */
+__device__ __forceinline__ void
+kmg_red_add(unsigned long long *p, unsigned long long v)
+{
+	asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;"::"l"(__cvta_generic_to_global(p)), "l"(v):"memory");
+}
+
+/*
+ * acc (two words, low first) += the 128-bit two's-complement integer (lo,
+ * hi), with two integer atomics: the carry out of the low word is the one
+ * this addition makes, whatever came before it, so the total is exact and
+ * does not depend on the order of the additions.
+ */
+__device__ __forceinline__ void
+kmg_i128_atomic(unsigned long long *acc, unsigned long long lo, unsigned long long hi)
+{
+	const unsigned long long old = atomicAdd(&acc[0], lo);
+
+	atomicAdd(&acc[1], hi + (old + lo < lo ? 1ull : 0ull));
+}
+
+/*
+ * The 128-bit two's-complement integer (lo, hi) times 2^e0, rounded once to
+ * the nearest double, ties to even: what the CPU engine's exact sums give
+ * (km_xlevels_round) for the same exact value.  The result must be a
+ * normal double (the narrow pass's sums of floats are: nonzero ones are at
+ * least 2^-149).
+ */
+__device__ __forceinline__ double
+kmg_i128_round(unsigned long long lo, unsigned long long hi, int e0)
+{
+	const int	neg = (long long) hi < 0;
+	unsigned __int128 v = ((unsigned __int128) hi << 64) | lo;
+	unsigned long long q;
+	int			sh = 0;
+
+	if (neg)
+		v = ~v + 1;
+	if ((v >> 53) == 0)
+		q = (unsigned long long) v;	/* exact */
+	else
+	{
+		const unsigned long long top = (unsigned long long) (v >> 64);
+		const int	bits = top != 0 ? 128 - __clzll((long long) top) : 64 - __clzll((long long) (unsigned long long) v);
+		unsigned __int128 rest,
+					half;
+
+		sh = bits - 53;
+		q = (unsigned long long) (v >> sh);
+		rest = v - ((unsigned __int128) q << sh);
+		half = (unsigned __int128) 1 << (sh - 1);
+		if (rest > half || (rest == half && (q & 1ull)))
+			q++;				/* 2^53 at most: still exact as a double */
+	}
+
+	const double r = ldexp((double) q, sh + e0);
+
+	return neg ? -r : r;
+}
+
+/*
  * A double as a 128-bit two's-complement fixed-point integer (its magnitude
  * times 2^shift, truncated, then the sign), added with two integer atomics
  * (the carry of the low word into the high one is exact whatever the
@@ -453,10 +519,7 @@ kmg_fix_atomic(unsigned long long *acc, double v, int shift)
 		lo = ~lo + 1ull;
 		hi = ~hi + (lo == 0ull ? 1ull : 0ull);
 	}
-
-	const unsigned long long old = atomicAdd(&acc[0], lo);
-
-	atomicAdd(&acc[1], hi + (old + lo < lo ? 1ull : 0ull));
+	kmg_i128_atomic(acc, lo, hi);
 }
 
 /* The double of such a sum (two roundings, the same bits every time). */
