@@ -138,6 +138,7 @@ kmg_narrow_parallel_end_on(int DP)
 kmg_fused_fn kmg_narrow_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 								 size_t *smem);
 size_t		kmg_narrow_fix_bytes(int k, int d);
+cudaError_t kmg_narrow_exact_setup(kmg_args *a, int *scratch, cudaStream_t s);
 kmg_fused_fn kmg_wide_instance(int dp, int k, int *threads, int *per_sm, int *kb,
 							   size_t *smem);
 kmg_fused_fn kmg_direct_instance(int k, int s, int *threads, int *kb);

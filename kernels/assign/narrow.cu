@@ -40,7 +40,13 @@
  *	- each block adds its partial (k (d + 1) doubles, k counts) to 128-bit
  *	  fixed-point accumulators with integer atomics (kmg_fix_atomic: the
  *	  total does not depend on the order), its estimate to a slot of its
- *	  own; the last block (ticket after a fence) turns them into the cluster
+ *	  own;
+ *	- or, in a fit of unweighted rows on the tensor-core instances, the
+ *	  sums are exact instead (kmg_narrow_xs_rows: integer limbs, rounded
+ *	  once, the CPU engine's sums bit for bit and the same for any grid),
+ *	  and with the parallel end kept from pass to pass, moved only by the
+ *	  rows whose label changed;
+ *	- the last block (ticket after a fence) turns them into the cluster
  *	  sums, clears them for the next pass, and ends the iteration
  *	  (finalize_block.cuh), so nothing else runs between two passes;
  *	- or, in a fit's passes at dp <= 16 on compute capability 9 and above
@@ -54,9 +60,12 @@
 #include "kmg_device.cuh"
 #include "assign/assign.cuh"
 #include "update/finalize_block.cuh"
+#include "prep/prep.cuh"
+#include "km_xsum.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KMG_NARROW_NT 256
@@ -69,7 +78,8 @@ typedef struct kmg_narrow_layout
 	size_t		cn;				/* KB floats: |c'|^2, +INF past k */
 	size_t		cnorm;			/* KB doubles (cosine) */
 	size_t		xs;				/* TR x DP floats: the tile's rows */
-	size_t		mask;			/* TR / 32 x KB words */
+	size_t		mask;			/* TR / 32 x KB words (from here to w: the listing's room; with
+								 * exact sums, the moved rows' list, kmg_narrow_xs_list) */
 	size_t		pre;			/* TR / 32 x KB ints: rows of the label in earlier groups */
 	size_t		list;			/* TR ints: the tile's rows by (label, row) */
 	size_t		w;				/* TR floats */
@@ -129,31 +139,43 @@ kmg_narrow_rows(int DP)
 
 #define KMG_NARROW_BPS 2		/* blocks per SM */
 
+#define KMG_NARROW_XS_LIMBS 4	/* words of an exact sum's cell (kmg_narrow_xs_rows) */
+
 /*
- * Words of one set of the fixed-point accumulators: k x (d + 1) cells x 2,
- * k counts, then one word of two ints, the pass's moved and exactly settled
- * rows (the parallel end's: kmg_narrow_set_counts), and an even count of
- * them (16-byte copies: kmg_narrow_end_load).  a.nfix holds three sets
+ * Words of one set of the accumulators: k x (d + 1) cells of two words (the
+ * double partials' 128-bit fixed point) or, with exact sums (xs), of
+ * KMG_NARROW_XS_LIMBS; k counts; then one word of two ints, the pass's
+ * moved and exactly settled rows (the parallel end's:
+ * kmg_narrow_set_counts), and an even count of them (16-byte copies:
+ * kmg_narrow_end_load).  a.nfix holds three sets of the larger size
  * (kmg_narrow_parallel_end says why); a pass that ends its own iteration
  * uses the first.
  */
 static __host__ __device__ int
-kmg_narrow_counts_word(int k, int d)
+kmg_narrow_counts_word(int k, int d, bool xs)
 {
-	return 2 * k * (d + 1) + k;
+	return (xs ? KMG_NARROW_XS_LIMBS : 2) * k * (d + 1) + k;
 }
 
+/* the words a set uses */
+static __host__ __device__ int
+kmg_narrow_usedwords(int k, int d, bool xs)
+{
+	return KMG_ROUND_UP(kmg_narrow_counts_word(k, d, xs) + 1, 2);
+}
+
+/* a set's room: either layout */
 static __host__ __device__ int
 kmg_narrow_setwords(int k, int d)
 {
-	return KMG_ROUND_UP(kmg_narrow_counts_word(k, d) + 1, 2);
+	return kmg_narrow_usedwords(k, d, true);
 }
 
 /* The moved and exactly settled counts of a set. */
 static __device__ __forceinline__ int *
-kmg_narrow_set_counts(unsigned long long *set, int k, int d)
+kmg_narrow_set_counts(unsigned long long *set, int k, int d, bool xs)
 {
-	return reinterpret_cast<int *>(set + kmg_narrow_counts_word(k, d));
+	return reinterpret_cast<int *>(set + kmg_narrow_counts_word(k, d, xs));
 }
 
 /* The block's shared memory (kmg_narrow_layout_of), as pointers. */
@@ -702,8 +724,10 @@ kmg_narrow_block_counts(int tid, const kmg_narrow_smem &sm, double *slot, int *m
  * The shapes of the tensor-core sums: those the m8n8k4 form's accumulators
  * fitted (at most four tiles of 8 x 8 with the weights').  In m-tiles of 16
  * the (16, 8) instance keeps 12 doubles of them, rows g + 8 never being
- * clusters.  ptxas -v: every instance without a stack frame but (16, 4),
- * 8 bytes (no benchmark shape is either).
+ * clusters.  ptxas -v with the exact sums (round 30): on sm_80 no instance
+ * has a stack frame; on sm_90a (16, 8) spills 4 bytes and (24, 32) 8, as
+ * (24, 32) did before (the sums' one row a value, kmg_narrow_xs_value, out
+ * of line: inline it made (16, 8) and (16, 4) spill 44 and 60 bytes).
  */
 template <int DP, int KB>
 __host__ __device__ constexpr bool
@@ -827,6 +851,202 @@ kmg_narrow_mma_sums(int lane, int warp, const kmg_narrow_smem &sm, const int (&l
 }
 
 /*
+ * Exact sums (a.nxs, in the instances that sum on the tensor cores).  A
+ * float of the rows is m 2^(max(e, 1) - 150), m < 2^24; every nonzero value
+ * of the data is a multiple of 2^nxs_e0 (the lowest bit any of them has,
+ * km_xstats), so in units of 2^nxs_e0 it is the integer m << pos, pos =
+ * max(e, 1) - 150 - nxs_e0 >= 0.  Each (cluster, column) cell is kept as
+ * KMG_NARROW_XS_LIMBS signed 64-bit limbs of 32-bit weight, 2^(32 l): a
+ * value adds its low 32 bits to limb pos / 32 and the rest (below 2^24)
+ * to the next, with integer atomics, so no addition rounds and the order
+ * does not matter (a limb stays below 2^33 n: n < 2^30).  The decode
+ * joins a cell's limbs into one 128-bit integer and rounds the exact total
+ * once (kmg_i128_round), as the CPU engine rounds its exact sums.
+ *
+ * Only the rows whose label changed are summed: +x into the new cluster,
+ * -x out of the old one.  With the parallel end the sets are running sums
+ * (each block of pass p adds its share of set p - 1 into set p:
+ * kmg_narrow_xs_carry), so after pass p set p holds exactly what a fresh
+ * sum of every row under its present label would hold.  The first pass of
+ * a run, or after a re-seed (the sets cleared, the pass count restarted),
+ * and every pass that ends its own iteration, sum every row (rebuild: the
+ * old labels taken as none).  A block gathers its cells in shared memory
+ * and adds them to the set once, at its end, limb by limb.  Where a pass
+ * moves few rows (the pass before moved at most n / 32), a moved row is
+ * only listed in the tile loop and summed at the block's end.
+ *
+ * What it buys (an H200, NOTES round 30): exactness, not time.  On 1M x 8
+ * rows, k = 16 (0.7 % of the rows move an iteration on average, a CPU
+ * model says) a fit's iteration takes what it took with the tensor-core
+ * double sums: those ran while the next tile's loads were in flight, so
+ * dropping them shortened nothing.
+ */
+
+/* limbs of a block's cells: KB x DP cells (none in the listing's instances) */
+template <int DP, int KB>
+__host__ __device__ constexpr int
+kmg_narrow_xs_words()
+{
+	return kmg_narrow_mma_on<DP, KB>() ? KB * DP * KMG_NARROW_XS_LIMBS : 1;
+}
+
+/*
+ * One value of a row into the block's cells (limb: KB x DP cells of
+ * KMG_NARROW_XS_LIMBS): + into cluster j's cell of column c, - out of
+ * cluster o's (o < 0: none).
+ */
+template <int DP>
+__device__ __noinline__ void
+kmg_narrow_xs_value(unsigned long long *limb, int j, int o, int c, float v, int e0)
+{
+	const uint32_t bits = __float_as_uint(v);
+	const uint32_t mag = bits & 0x7fffffffu;
+	const uint32_t e = mag >> 23;
+
+	if (mag == 0)
+		return;					/* zero: the padding, or a zero value */
+
+	const int	pos = (int) (e != 0 ? e : 1) - 150 - e0;
+	const unsigned long long part = (unsigned long long) ((mag & 0x7fffffu) | (e != 0 ? 0x800000u : 0u)) << (pos & 31);
+	const unsigned long long lo = part & 0xffffffffull;
+	const unsigned long long hi = part >> 32;
+	const bool	neg = (bits >> 31) != 0;
+	const int	at = c * KMG_NARROW_XS_LIMBS + (pos >> 5);
+	unsigned long long *cj = limb + j * DP * KMG_NARROW_XS_LIMBS + at;
+
+	atomicAdd(cj, neg ? 0ull - lo : lo);
+	if (hi != 0)
+		atomicAdd(cj + 1, neg ? 0ull - hi : hi);
+	if (o >= 0)
+	{
+		unsigned long long *co = limb + o * DP * KMG_NARROW_XS_LIMBS + at;
+
+		atomicAdd(co, neg ? lo : 0ull - lo);
+		if (hi != 0)
+			atomicAdd(co + 1, neg ? hi : 0ull - hi);
+	}
+}
+
+/* The moved rows a block lists for its end (kmg_narrow_xs_rows), in the listing's room. */
+typedef struct kmg_narrow_xs_list
+{
+	int2	   *e;				/* (row - r0, j | (o + 1) << 16) */
+	int		   *n;				/* entries asked for (those past cap were summed at once) */
+	int			cap;
+} kmg_narrow_xs_list;
+
+/*
+ * The tile's rows whose label changed (lab: this thread's labels, old:
+ * those of the pass before; rebuild: every row, old taken as none): their
+ * counts into s_cnt (+1 to the new cluster, -1 to the old), their values
+ * into the block's cells (limb).  defer: a pass that moves few rows lists
+ * them for the block's end (kmg_narrow_xs_partial) instead: a shared
+ * 64-bit add is a compare-and-swap loop, and a warp's one moved row a
+ * tile held the warp for its 32 of them in turn (NOTES round 30); a row
+ * past the list's room is summed at once.  The rows are read back from the
+ * tile in shared memory (raw values: the next tile's loads take the
+ * registers).
+ */
+template <int DP, int KB, int R>
+__device__ __forceinline__ void
+kmg_narrow_xs_rows(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int64_t r0, int64_t base, bool rebuild,
+				   bool defer, const int (&lab)[R], const int (&old)[R], int *s_cnt, unsigned long long *limb,
+				   const kmg_narrow_xs_list &list)
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+	{
+		const int	j = lab[r];	/* -1: a place past the block's rows */
+		const int	o = rebuild || j < 0 ? -1 : old[r];
+
+		if (j == o)
+			continue;
+		atomicAdd(&s_cnt[j], 1);
+		if (o >= 0)
+			atomicAdd(&s_cnt[o], -1);
+		if (defer)
+		{
+			const int	slot = atomicAdd(list.n, 1);
+
+			if (slot < list.cap)
+			{
+				list.e[slot] = make_int2((int) (base + (int64_t) r * KMG_NARROW_NT + tid - r0), j | ((o + 1) << 16));
+				continue;
+			}
+		}
+
+		const float *x = sm.xs + (size_t) (r * KMG_NARROW_NT + tid) * DP;
+
+#pragma unroll
+		for (int c = 0; c < DP; c++)
+			kmg_narrow_xs_value<DP>(limb, j, o, c, x[c], a.nxs_e0);
+	}
+}
+
+/*
+ * The block's end of exact sums: the listed rows' values into its cells
+ * (a thread a (row, column), the rows read again from the data), then the
+ * cells limb by limb into the set fix (reductions: nothing comes back), the
+ * weight cell and the count word the block's count (signed: rows that
+ * left count -1); zeros add nothing.
+ */
+template <int DP>
+__device__ __forceinline__ void
+kmg_narrow_xs_partial(int tid, const kmg_args &a, int64_t r0, unsigned long long *fix, int d, int ncol, int ncell,
+					  unsigned long long *limb, const int *s_cnt, const kmg_narrow_xs_list &list)
+{
+	__syncthreads();			/* every warp's rows are in, and listed */
+
+	const int	nl = min(*list.n, list.cap);
+
+	for (int it = tid; it < nl * DP; it += KMG_NARROW_NT)
+	{
+		const int2	en = list.e[it / DP];
+		const int	c = it % DP;
+
+		kmg_narrow_xs_value<DP>(limb, en.y & 0xffff, (en.y >> 16) - 1, c,
+								__ldg(a.X + (size_t) (r0 + en.x) * DP + c), a.nxs_e0);
+	}
+	__syncthreads();
+	for (int e = tid; e < ncell; e += KMG_NARROW_NT)
+	{
+		const int	j = e / ncol;
+		const int	c = e - j * ncol;
+		unsigned long long *cell = fix + e * KMG_NARROW_XS_LIMBS;
+
+		if (c < d)
+		{
+#pragma unroll
+			for (int l = 0; l < KMG_NARROW_XS_LIMBS; l++)
+			{
+				const unsigned long long v = limb[(j * DP + c) * KMG_NARROW_XS_LIMBS + l];
+
+				if (v != 0ull)
+					kmg_red_add(cell + l, v);
+			}
+		}
+		else if (s_cnt[j] != 0)
+		{
+			kmg_red_add(cell, (unsigned long long) (long long) s_cnt[j]);
+			kmg_red_add(fix + KMG_NARROW_XS_LIMBS * ncell + j, (unsigned long long) (long long) s_cnt[j]);
+		}
+	}
+}
+
+/* A cell's limbs (exact sums) as the rounded sum. */
+__device__ __forceinline__ double
+kmg_narrow_xs_round(unsigned long long l0, unsigned long long l1, unsigned long long l2, unsigned long long l3, int e0)
+{
+	const unsigned long long l[KMG_NARROW_XS_LIMBS] = {l0, l1, l2, l3};
+	unsigned __int128 v = 0;
+
+#pragma unroll
+	for (int i = 0; i < KMG_NARROW_XS_LIMBS; i++)
+		v += (unsigned __int128) (__int128) (long long) l[i] << (32 * i);
+	return kmg_i128_round((unsigned long long) v, (unsigned long long) (v >> 64), e0);
+}
+
+/*
  * The block's partial from the warps' accumulators: each warp's cells into
  * shared memory (the rows' room, free after the last tile), then cell e
  * (cluster j, column c; c == d the weight) the warps' values added in warp
@@ -897,18 +1117,21 @@ kmg_narrow_mma_partial(int tid, int lane, int warp, const kmg_args &a, const kmg
  * Column c of cluster j's row of the cluster sums (k x KMG_CW(dp): d sums,
  * zeros to dp, the weight, the count, zeros) from a set of the accumulators
  * f: a cell's two words decoded (a sum, or at c == dp the weight), the
- * count's word, or 0.  FROM_L2: f is the accumulators themselves, read past
+ * count's word, or 0 (xs: the exact sums' cells, kmg_narrow_xs_rows).
+ * FROM_L2: f is the accumulators themselves, read past
  * L1 (other blocks' atomics wrote them) and cleared for the next pass;
  * else a copy in shared memory.  The last block and the parallel end decode
  * here.
  */
 template <bool FROM_L2>
 __device__ __forceinline__ double
-kmg_narrow_clus_value(const kmg_args &a, unsigned long long *f, int j, int c, int d, int ncol, int ncell)
+kmg_narrow_clus_value(const kmg_args &a, unsigned long long *f, int j, int c, int d, int ncol, int ncell, bool xs)
 {
 	double		v = 0.0;
 
-	if (c < d || c == a.dp)
+	const int	cw = xs ? KMG_NARROW_XS_LIMBS : 2;	/* a cell's words */
+
+	if ((c < d || c == a.dp) && !xs)
 	{
 		unsigned long long *w = f + 2 * (j * ncol + (c < d ? c : d));
 		const int	shift = c < d ? a.sshift : a.wshift;
@@ -922,9 +1145,24 @@ kmg_narrow_clus_value(const kmg_args &a, unsigned long long *f, int j, int c, in
 		else
 			v = kmg_fix_decode(w[0], w[1], shift);
 	}
+	else if (c < d || c == a.dp)
+	{
+		/* exact sums: the sum rounded once; the weight is the count */
+		unsigned long long *w = f + KMG_NARROW_XS_LIMBS * (j * ncol + (c < d ? c : d));
+		unsigned long long l[KMG_NARROW_XS_LIMBS];
+
+#pragma unroll
+		for (int i = 0; i < KMG_NARROW_XS_LIMBS; i++)
+		{
+			l[i] = FROM_L2 ? __ldcg(w + i) : w[i];
+			if (FROM_L2)
+				w[i] = 0ull;
+		}
+		v = c < d ? kmg_narrow_xs_round(l[0], l[1], l[2], l[3], a.nxs_e0) : (double) (long long) l[0];
+	}
 	else if (c == a.dp + 1)
 	{
-		unsigned long long *w = f + 2 * ncell + j;
+		unsigned long long *w = f + cw * ncell + j;
 
 		v = (double) (FROM_L2 ? __ldcg(w) : w[0]);
 		if (FROM_L2)
@@ -979,7 +1217,7 @@ kmg_narrow_estimate(const double *slots, double *red, int &n)
  */
 __device__ __forceinline__ void
 kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, int ncol,
-					  int ncell)
+					  int ncell, bool xs)
 {
 	const int	cw = KMG_CW(a.dp);
 	double	   *sclus = reinterpret_cast<double *>(sm.xs);	/* k x cw, the rows' room is free */
@@ -997,7 +1235,7 @@ kmg_narrow_last_block(int tid, int lane, int warp, const kmg_args &a, const kmg_
 	{
 		const int	j = x / cw;
 		const int	c = x - j * cw;
-		const double v = kmg_narrow_clus_value<true>(a, a.nfix, j, c, d, ncol, ncell);
+		const double v = kmg_narrow_clus_value<true>(a, a.nfix, j, c, d, ncol, ncell, xs);
 
 		if (c == a.dp)
 			nempty += !(v > 0.0);
@@ -1029,7 +1267,8 @@ struct kmg_narrow_endroom
 	static constexpr size_t CF = CLUS + (size_t) KB * KMG_CW(DP) * sizeof(double);
 	static constexpr size_t CNF = CF + (size_t) KB * DP * sizeof(float);
 	static constexpr size_t RAW = KMG_ROUND_UP(CNF + (size_t) KB * sizeof(float), 16);
-	static constexpr size_t END = RAW + (size_t) KMG_ROUND_UP(2 * KB * (DP + 1) + KB + 1, 2) * 8;
+	static constexpr size_t END = RAW + (size_t) KMG_ROUND_UP((kmg_narrow_mma_on<DP, KB>() ? KMG_NARROW_XS_LIMBS : 2) *
+															  KB * (DP + 1) + KB + 1, 2) * 8;
 
 	static_assert(END <= (size_t) KMG_NARROW_NT * kmg_narrow_rows(DP) * DP * sizeof(float),
 				  "the parallel end's copies fit the rows' room");
@@ -1043,16 +1282,41 @@ struct kmg_narrow_endroom
  */
 template <int DP, int KB>
 __device__ __forceinline__ void
-kmg_narrow_end_load(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, unsigned int p)
+kmg_narrow_end_load(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k, unsigned int p, bool xs)
 {
 	typedef kmg_narrow_endroom<DP, KB> room;
 	const int	sw = kmg_narrow_setwords(k, d);
+	const int	used = kmg_narrow_usedwords(k, d, xs);
 	const unsigned long long *f = a.nfix + (size_t) ((p + 2) % 3) * sw;	/* (p - 1) mod 3 */
 	unsigned long long *raw = reinterpret_cast<unsigned long long *>(reinterpret_cast<char *>(sm.xs) + room::RAW);
 
-	for (int i = tid; 2 * i < sw; i += KMG_NARROW_NT)
+	for (int i = tid; 2 * i < used; i += KMG_NARROW_NT)
 		kmg_cp16(raw + 2 * i, f + 2 * i);
 	kmg_cp16_commit();
+}
+
+/*
+ * Exact running sums (xs, pass p > 0 with the parallel end): this block's
+ * share of set (p - 1) mod 3, from its shared copy (kmg_narrow_end_load,
+ * whole once kmg_narrow_parallel_end has waited for it), added into set p
+ * mod 3, which pass p - 1 cleared: set p ends as set p - 1 plus pass p's
+ * moves.  Limbs and counts word by word (the moved and settled counts are
+ * pass p's own).  The shares fall to the grid's last blocks (block 0 keeps
+ * the run's record); before the first tile is staged, since the copy lies
+ * in the rows' room.
+ */
+template <int DP, int KB>
+__device__ __forceinline__ void
+kmg_narrow_xs_carry(int tid, const kmg_narrow_smem &sm, unsigned long long *fix, int ncell, int k)
+{
+	typedef kmg_narrow_endroom<DP, KB> room;
+	const unsigned long long *raw =
+		reinterpret_cast<const unsigned long long *>(reinterpret_cast<const char *>(sm.xs) + room::RAW);
+
+	for (int x = (int) (gridDim.x - 1 - blockIdx.x) * KMG_NARROW_NT + tid; x < KMG_NARROW_XS_LIMBS * ncell + k;
+		 x += (int) gridDim.x * KMG_NARROW_NT)
+		if (raw[x] != 0ull)
+			kmg_red_add(fix + x, raw[x]);
 }
 
 /*
@@ -1086,7 +1350,8 @@ kmg_narrow_end_load(int tid, const kmg_args &a, const kmg_narrow_smem &sm, int d
 template <int DP, int KB>
 __device__ __forceinline__ int
 kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const kmg_narrow_smem &sm, int d, int k,
-						unsigned int p, int t, const kmg_ctl &limits, float &cmax, int &all_exact)
+						unsigned int p, int t, const kmg_ctl &limits, float &cmax, int &all_exact, bool xs,
+						int &moved_before)
 {
 	typedef kmg_narrow_endroom<DP, KB> room;
 	constexpr int CW = KMG_CW(DP);
@@ -1110,13 +1375,14 @@ kmg_narrow_parallel_end(int tid, int lane, int warp, const kmg_args &a, const km
 	kmg_cp16_wait<0>();
 	__syncthreads();			/* the set's words are in */
 	{
-		const int  *cnt = reinterpret_cast<const int *>(raw + kmg_narrow_counts_word(k, d));
+		const int  *cnt = reinterpret_cast<const int *>(raw + kmg_narrow_counts_word(k, d, xs));
 
 		moved = cnt[0];
 		namb = cnt[1];
 	}
+	moved_before = moved;
 	for (int x = tid; x < k * CW; x += KMG_NARROW_NT)
-		sclus[x] = kmg_narrow_clus_value<false>(a, raw, x / CW, x % CW, d, ncol, ncell);
+		sclus[x] = kmg_narrow_clus_value<false>(a, raw, x / CW, x % CW, d, ncol, ncell, xs);
 	/* the filter copies' padding (kmg_fin_cluster writes the d columns): zeros, as every row's */
 	for (int x = tid; x < k * DP; x += KMG_NARROW_NT)
 		scf[x] = 0.0f;
@@ -1240,6 +1506,8 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 				s_count[32],
 				s_start[33],
 				s_cnt[32];
+	__shared__ unsigned long long s_limb[kmg_narrow_xs_words<DP, KB>()];	/* exact sums: the block's cells */
+	__shared__ int s_nlist;		/* exact sums: the moved rows listed (kmg_narrow_xs_rows) */
 	const int	tid = threadIdx.x;
 	const int	lane = tid & 31;
 	const int	warp = tid >> 5;
@@ -1247,6 +1515,8 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	const int	k = a.k;
 	const int	iter = mode == KMG_MODE_ITER;
 	const int	pend = kmg_narrow_parallel_end_on(DP) && iter && a.parallel_end;	/* kmg_narrow_parallel_end */
+	constexpr bool MMA = kmg_narrow_mma_on<DP, KB>();
+	const bool	xs = MMA && iter && a.nxs;	/* exact sums: kmg_narrow_xs_rows */
 	const int	cosine = a.cosine;
 
 	const int64_t n = a.n;
@@ -1310,7 +1580,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 			s_limits.max_iter = v->max_iter;
 		}
 		if (p > 0)
-			kmg_narrow_end_load<DP, KB>(tid, a, sm, d, k, p);
+			kmg_narrow_end_load<DP, KB>(tid, a, sm, d, k, p, xs);
 	}
 	kmg_narrow_centroids_load<DP, KB>(tid, a, k, cosine, cload);
 	kmg_narrow_load_old<R>(tid, a, r0, r1, iter, old);
@@ -1327,6 +1597,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	int		   *moved_out = &a.ctl->moved,
 			   *exact_out = &a.ctl->namb;
 	double	   *slot = a.part + blockIdx.x;
+	int			moved_before = 0;	/* the pass before's moved rows (the parallel end's) */
 
 	if (pend)
 	{
@@ -1341,14 +1612,20 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 			 x < (int) ((int64_t) (blockIdx.x + 1) * sw / gridDim.x); x += KMG_NARROW_NT)
 			clear[x] = 0ull;
 		if (p > 0 && kmg_narrow_parallel_end<DP, KB>(tid, lane, warp, a, sm, d, k, p, s_iter0 + (int) p,
-													 s_limits, cmax, all_exact))
+													 s_limits, cmax, all_exact, xs, moved_before))
 			return;
 		fix = a.nfix + (size_t) (p % 3) * sw;
-		moved_out = kmg_narrow_set_counts(fix, k, d);
+		moved_out = kmg_narrow_set_counts(fix, k, d, xs);
 		exact_out = moved_out + 1;
 		slot = a.part + (size_t) (p & 1) * gridDim.x + blockIdx.x;
+		if (xs && p > 0)
+			kmg_narrow_xs_carry<DP, KB>(tid, sm, fix, ncell, k);
 	}
-	constexpr bool MMA = kmg_narrow_mma_on<DP, KB>();
+	/* exact sums: the moved rows listed for the block's end where few move (kmg_narrow_xs_rows) */
+	const bool	defer = pend && p > 0 && (int64_t) moved_before * 32 <= n;
+	const kmg_narrow_xs_list s_list = {
+		reinterpret_cast<int2 *>(kmg_nsmem + L.mask), &s_nlist, (int) ((L.w - L.mask) / sizeof(int2))
+	};
 	constexpr int CPTL = MMA ? 1 : CPT;	/* the listing's cells (none on the tensor cores) */
 	constexpr int MT = kmg_narrow_mma_mt<KB>();
 	const bool	weighted = a.W != NULL;
@@ -1373,6 +1650,11 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	}
 	if (MMA && tid < 32)
 		s_cnt[tid] = 0;
+	if (xs)
+		for (int x = tid; x < kmg_narrow_xs_words<DP, KB>(); x += KMG_NARROW_NT)
+			s_limb[x] = 0ull;
+	if (tid == 0)
+		s_nlist = 0;
 	if (MMA)
 		__syncthreads();		/* the centroids and counts are in place (the tile loop has no block barrier) */
 
@@ -1408,6 +1690,14 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 		}
 		if constexpr (MMA)
 		{
+			if (xs)
+			{
+				/* the moved rows (few, after a run's first pass) before the loads, which take old */
+				kmg_narrow_xs_rows<DP, KB, R>(tid, a, sm, r0, base, !pend || p == 0, defer, lab, old, s_cnt,
+											  s_limb, s_list);
+				kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
+				continue;
+			}
 			kmg_narrow_load<DP, R>(tid, a, base + TR, r1, iter, xr, old, wr);
 			__syncwarp();		/* the warp's rows are staged */
 			if (weighted)
@@ -1425,7 +1715,9 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 
 	if (!iter)
 		return;
-	if constexpr (MMA)
+	if (xs)
+		kmg_narrow_xs_partial<DP>(tid, a, r0, fix, d, ncol, ncell, s_limb, s_cnt, s_list);
+	else if constexpr (MMA)
 		kmg_narrow_mma_partial<DP, KB>(tid, lane, warp, a, sm, fix, d, ncol, ncell, weighted, macc, maccw, s_cnt);
 	else
 		kmg_narrow_block_partial<CPTL>(tid, a, fix, d, ncol, ncell, acc, cnt);
@@ -1442,7 +1734,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	if (!s_last)
 		return;
 	__threadfence();
-	kmg_narrow_last_block(tid, lane, warp, a, sm, d, k, ncol, ncell);
+	kmg_narrow_last_block(tid, lane, warp, a, sm, d, k, ncol, ncell, xs);
 }
 
 /*
@@ -1487,4 +1779,48 @@ size_t
 kmg_narrow_fix_bytes(int k, int d)
 {
 	return (size_t) 3 * kmg_narrow_setwords(k, d) * sizeof(unsigned long long);
+}
+
+/*
+ * Whether a fit's narrow passes keep exact sums (a->nxs, a->nxs_e0: see
+ * kmg_narrow_xs_rows): unweighted, fewer than 2^30 rows (the limbs' room),
+ * and every value's bits within a 128-bit total, that is the data's span (km_xstats: values below 2^xmax,
+ * multiples of 2^xmin) plus the bits of n at most 126.  The instances that
+ * sum by listing (kmg_narrow_mma_on false) ignore it.  KMG_NARROW_EXACT=0
+ * in the environment keeps the double partials (for timings).  scratch:
+ * four device ints; synchronises the stream.
+ */
+cudaError_t
+kmg_narrow_exact_setup(kmg_args *a, int *scratch, cudaStream_t s)
+{
+	const char *env = getenv("KMG_NARROW_EXACT");
+	km_xstats	xs;
+	int			v[4];
+	cudaError_t e;
+
+	a->nxs = 0;
+	a->nxs_e0 = 0;
+	if (a->nfix == NULL || a->W != NULL || a->n <= 0 || a->n >= ((int64_t) 1 << 30) ||
+		(env != NULL && strcmp(env, "0") == 0))
+		return cudaSuccess;
+	km_xstats_init(&xs);
+	v[0] = xs.xmax;
+	v[1] = xs.xmin;
+	v[2] = xs.wmax;
+	v[3] = xs.wmin;
+	if ((e = cudaMemcpyAsync(scratch, v, sizeof(v), cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+		(e = kmg_xstats_rows(a->X, NULL, a->n, a->d, a->dp, 0, scratch, s)) != cudaSuccess ||
+		(e = cudaMemcpyAsync(v, scratch, sizeof(v), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+		(e = cudaStreamSynchronize(s)) != cudaSuccess)
+		return e;
+	if (v[1] > v[0])
+	{
+		a->nxs = 1;				/* every value is zero: so is every sum */
+		return cudaSuccess;
+	}
+	if (v[0] - v[1] + km_xlevels_nbits(a->n) > 126)
+		return cudaSuccess;
+	a->nxs = 1;
+	a->nxs_e0 = v[1];
+	return cudaSuccess;
 }

@@ -384,6 +384,10 @@ kmg_rows_setup(const kmg_shape *sh, kmg_work *w, int fit, cudaStream_t s)
 	/* the narrow pass's order-free sums: |sum w x| <= n max w max |x| */
 	w->a.sshift = km_fix_scale((double) st.wmax * (double) st.xabsmax * 1.01 + 1e-300, sh->n).shift;
 	w->a.wshift = km_fix_scale((double) st.wmax * 1.01 + 1e-300, sh->n).shift;
+	/* a fit's narrow passes: exact running sums where the data allow (a.part is free until the passes) */
+	w->a.nxs = 0;
+	if (e == cudaSuccess && fit)
+		e = kmg_narrow_exact_setup(&w->a, (int *) w->a.part, s);
 	/* k-means++ potentials: terms w D2 <= wmax 4 xmax2 (seed_pp.h) */
 	w->pp_shift = kmg_pp_shift(st.wmax, st.xmax2, sh->n);
 	/* a fit's running sums: their levels, or none (a->bold NULL) */

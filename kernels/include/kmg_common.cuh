@@ -333,6 +333,17 @@ typedef struct kmg_args
 	int			sshift;
 	int			wshift;
 	/*
+	 * Exact sums in the narrow pass (narrow.cu, the instances that sum on
+	 * the tensor cores; a fit of fewer than 2^30 unweighted rows whose
+	 * values fit a 128-bit total, kmg_narrow_exact_setup): nxs 1, and each
+	 * (cluster, column) cell of nfix holds the exact sum as integer limbs
+	 * in units of 2^nxs_e0 (the weight cell: the count), which the
+	 * parallel end keeps from pass to pass, moved only by the rows whose
+	 * label changed.  0: the double partials above.
+	 */
+	int			nxs;
+	int			nxs_e0;
+	/*
 	 * A fit's narrow passes end the iteration before them in parallel: each
 	 * block of pass p decodes pass p - 1's accumulators and takes the means
 	 * itself, and pass p's sums go to set p mod 3 of nfix (narrow.cu says
