@@ -307,6 +307,27 @@ kmg_narrow_load(int tid, const kmg_args &a, int64_t base, int64_t r1, int iter, 
 }
 
 /*
+ * |x'|^2 of a row in registers, in the order the filter's slack was
+ * reckoned for (bench_narrow_floor.cu takes it too).
+ */
+template <int DP>
+__device__ __forceinline__ float
+kmg_narrow_norm2(const float4 (&x)[DP / 4])
+{
+	float		s = 0.0f;
+
+#pragma unroll
+	for (int q = 0; q < DP / 4; q++)
+	{
+		s = fmaf(x[q].x, x[q].x, s);
+		s = fmaf(x[q].y, x[q].y, s);
+		s = fmaf(x[q].z, x[q].z, s);
+		s = fmaf(x[q].w, x[q].w, s);
+	}
+	return s;
+}
+
+/*
  * The tile's raw rows and weights into shared memory (the exact costs and
  * the sums read them there), then the rows in registers centred in place,
  * x' = fl(x - mu), and |x'|^2 of each.
@@ -347,19 +368,7 @@ kmg_narrow_stage_rows(int tid, const kmg_args &a, const kmg_narrow_smem &sm, flo
 	}
 #pragma unroll
 	for (int r = 0; r < R; r++)
-	{
-		float		s = 0.0f;
-
-#pragma unroll
-		for (int q = 0; q < DP / 4; q++)
-		{
-			s = fmaf(xr[r][q].x, xr[r][q].x, s);
-			s = fmaf(xr[r][q].y, xr[r][q].y, s);
-			s = fmaf(xr[r][q].z, xr[r][q].z, s);
-			s = fmaf(xr[r][q].w, xr[r][q].w, s);
-		}
-		xx[r] = s;
-	}
+		xx[r] = kmg_narrow_norm2<DP>(xr[r]);
 }
 
 /*
@@ -1035,9 +1044,8 @@ kmg_narrow_xs_partial(int tid, const kmg_args &a, int64_t r0, unsigned long long
 
 /* A cell's limbs (exact sums) as the rounded sum. */
 __device__ __forceinline__ double
-kmg_narrow_xs_round(unsigned long long l0, unsigned long long l1, unsigned long long l2, unsigned long long l3, int e0)
+kmg_narrow_xs_round(const unsigned long long (&l)[KMG_NARROW_XS_LIMBS], int e0)
 {
-	const unsigned long long l[KMG_NARROW_XS_LIMBS] = {l0, l1, l2, l3};
 	unsigned __int128 v = 0;
 
 #pragma unroll
@@ -1158,7 +1166,7 @@ kmg_narrow_clus_value(const kmg_args &a, unsigned long long *f, int j, int c, in
 			if (FROM_L2)
 				w[i] = 0ull;
 		}
-		v = c < d ? kmg_narrow_xs_round(l[0], l[1], l[2], l[3], a.nxs_e0) : (double) (long long) l[0];
+		v = c < d ? kmg_narrow_xs_round(l, a.nxs_e0) : (double) (long long) l[0];
 	}
 	else if (c == a.dp + 1)
 	{
@@ -1653,7 +1661,7 @@ kmg_narrow_kernel(const __grid_constant__ kmg_args a, int mode, int nstage, int 
 	if (xs)
 		for (int x = tid; x < kmg_narrow_xs_words<DP, KB>(); x += KMG_NARROW_NT)
 			s_limb[x] = 0ull;
-	if (tid == 0)
+	if (xs && tid == 0)
 		s_nlist = 0;
 	if (MMA)
 		__syncthreads();		/* the centroids and counts are in place (the tile loop has no block barrier) */
@@ -1795,7 +1803,6 @@ kmg_narrow_exact_setup(kmg_args *a, int *scratch, cudaStream_t s)
 {
 	const char *env = getenv("KMG_NARROW_EXACT");
 	km_xstats	xs;
-	int			v[4];
 	cudaError_t e;
 
 	a->nxs = 0;
@@ -1803,24 +1810,16 @@ kmg_narrow_exact_setup(kmg_args *a, int *scratch, cudaStream_t s)
 	if (a->nfix == NULL || a->W != NULL || a->n <= 0 || a->n >= ((int64_t) 1 << 30) ||
 		(env != NULL && strcmp(env, "0") == 0))
 		return cudaSuccess;
-	km_xstats_init(&xs);
-	v[0] = xs.xmax;
-	v[1] = xs.xmin;
-	v[2] = xs.wmax;
-	v[3] = xs.wmin;
-	if ((e = cudaMemcpyAsync(scratch, v, sizeof(v), cudaMemcpyHostToDevice, s)) != cudaSuccess ||
-		(e = kmg_xstats_rows(a->X, NULL, a->n, a->d, a->dp, 0, scratch, s)) != cudaSuccess ||
-		(e = cudaMemcpyAsync(v, scratch, sizeof(v), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-		(e = cudaStreamSynchronize(s)) != cudaSuccess)
+	if ((e = kmg_xstats_of(a->X, NULL, a->n, a->d, a->dp, 0, scratch, &xs, s)) != cudaSuccess)
 		return e;
-	if (v[1] > v[0])
+	if (xs.xmin > xs.xmax)
 	{
 		a->nxs = 1;				/* every value is zero: so is every sum */
 		return cudaSuccess;
 	}
-	if (v[0] - v[1] + km_xlevels_nbits(a->n) > 126)
+	if (xs.xmax - xs.xmin + km_xlevels_nbits(a->n) > 126)
 		return cudaSuccess;
 	a->nxs = 1;
-	a->nxs_e0 = v[1];
+	a->nxs_e0 = xs.xmin;
 	return cudaSuccess;
 }

@@ -46,6 +46,7 @@
 
 #include "kmeans_gpu_cuda.h"
 #include "ref_kmeans.h"
+#include "bench_check.h"
 
 #ifdef WITH_CPU_ENGINE
 /* The CPU engine (src/engine/*.c), linked in: labels must agree row by row. */
@@ -56,8 +57,6 @@ static const km_gpu_api *api;
 static int	failures = 0;
 static FILE *summary;
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static double
 now(void)

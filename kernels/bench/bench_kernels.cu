@@ -34,9 +34,7 @@
 #include "prep/prep.cuh"
 #include "update/update.cuh"
 #include "ref_kmeans.h"
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "bench_check.h"
 
 static int	failures = 0;
 

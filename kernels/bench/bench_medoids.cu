@@ -60,9 +60,7 @@
 #include "medoids/rows.cu"
 #include "medoids/assign.cu"
 #include "medoids/sums.cu"
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "bench_check.h"
 
 /* The engine's table, from kmeans_gpu_cuda.so (open_engine). */
 static const km_gpu_api *engine_api = NULL;

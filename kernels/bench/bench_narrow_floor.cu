@@ -51,22 +51,13 @@
 #include <string.h>
 
 #include "km_exact.h"
+#include "bench_check.h"
 #include "assign/narrow.cu"		/* kmg_narrow_filter: the engine's filter itself */
 
 #define FLOOR_D 8				/* columns (dp) */
 #define FLOOR_K 16				/* centroids */
 #define FLOOR_NT KMG_NARROW_NT	/* threads a block */
 #define FLOOR_R kmg_narrow_rows(FLOOR_D)	/* rows a thread, as the engine's */
-
-#define CK(call) \
-	do { \
-		cudaError_t e_ = (call); \
-		if (e_ != cudaSuccess) \
-		{ \
-			fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1); \
-		} \
-	} while (0)
 
 typedef struct floor_args
 {
@@ -207,18 +198,7 @@ floor_fma(floor_args a)
 		for (int r = 0; r < RT; r++)
 		{
 			const int	i = base + r * FLOOR_NT + tid;
-			float		s = 0.0f;
-
-#pragma unroll
-			for (int q = 0; q < FLOOR_D / 4; q++)
-			{
-				s = fmaf(x[r][q].x, x[r][q].x, s);
-				s = fmaf(x[r][q].y, x[r][q].y, s);
-				s = fmaf(x[r][q].z, x[r][q].z, s);
-				s = fmaf(x[r][q].w, x[r][q].w, s);
-			}
-
-			const float slack = km_filter_slack(FLOOR_D, sqrtf(s), a.cmax);
+			const float slack = km_filter_slack(FLOOR_D, sqrtf(kmg_narrow_norm2<FLOOR_D>(x[r])), a.cmax);
 
 			if (i < nb)
 				floor_decide(a, lb, i, o[r], b[r], !(f2[r] - f1[r] > slack), unc, moved);

@@ -29,21 +29,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_check.h"
 
 #define SEGMENT_BYTES ((size_t) 576 << 20)	/* the read's segment for 1M rows of 128 floats */
 #define DATA_BYTES ((size_t) 512 << 20)
 #define STAGE_BYTES ((size_t) 32 << 20)
 #define WRITERS 8
-
-#define CK(call) \
-	do { \
-		cudaError_t e_ = (call); \
-		if (e_ != cudaSuccess) \
-		{ \
-			fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1); \
-		} \
-	} while (0)
 
 static double
 now_ms(void)

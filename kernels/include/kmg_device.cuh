@@ -431,9 +431,9 @@ kmg_argmin_strided(const double *cs, const int *js, int n, int stride, double &c
 /* ---- order-free sums ---- */
 
 /*
- * *p += v in global memory as a reduction: no value comes back, so the
- * thread does not wait for it (atomicAdd's unused result still compiled to
- * an atomic with a return here, and a warp waited for each in turn).
+ * *p += v in global memory as a reduction: no value comes back (atomicAdd
+ * with its result unused compiled to an atomic that returns, ATOMG, in the
+ * narrow pass; this is REDG).
  */
 __device__ __forceinline__ void
 kmg_red_add(unsigned long long *p, unsigned long long v)

@@ -460,6 +460,30 @@ kmg_xstats_flat_kernel(const float4 *__restrict__ X4, int64_t n4, int *out)
 }
 
 cudaError_t
+kmg_xstats_of(const float *X, const float *W, int64_t n, int d, int dp, int cosine, int *scratch,
+			  km_xstats *xs, cudaStream_t stream)
+{
+	int			v[4];
+	cudaError_t e;
+
+	km_xstats_init(xs);
+	v[0] = xs->xmax;
+	v[1] = xs->xmin;
+	v[2] = xs->wmax;
+	v[3] = xs->wmin;
+	if ((e = cudaMemcpyAsync(scratch, v, sizeof(v), cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+		(e = kmg_xstats_rows(X, W, n, d, dp, cosine, scratch, stream)) != cudaSuccess ||
+		(e = cudaMemcpyAsync(v, scratch, sizeof(v), cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+		(e = cudaStreamSynchronize(stream)) != cudaSuccess)
+		return e;
+	xs->xmax = v[0];
+	xs->xmin = v[1];
+	xs->wmax = v[2];
+	xs->wmin = v[3];
+	return cudaSuccess;
+}
+
+cudaError_t
 kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp, int cosine, int *out,
 				cudaStream_t stream)
 {

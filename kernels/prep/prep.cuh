@@ -10,6 +10,7 @@
 #define KMG_PREP_CUH
 
 #include "kmg_common.cuh"
+#include "km_xsum.h"
 
 cudaError_t kmg_prep_rows(const float *X, const float *W, int64_t n, int d, int dp,
 						  int cosine, float *Xout, float *xnorm, uint64_t *hashes,
@@ -45,6 +46,13 @@ cudaError_t kmg_fill_int(int32_t *p, int64_t n, int32_t v, int iota, cudaStream_
  */
 cudaError_t kmg_xstats_rows(const float *X, const float *W, int64_t n, int d, int dp,
 							int cosine, int *out, cudaStream_t stream);
+
+/*
+ * The same for one call's rows, read back: *xs from scratch (four device
+ * ints, started here); synchronises the stream.
+ */
+cudaError_t kmg_xstats_of(const float *X, const float *W, int64_t n, int d, int dp, int cosine,
+						  int *scratch, km_xstats *xs, cudaStream_t stream);
 
 /* ---- storage.cu ---- */
 int			kmg_storage_bytes(int storage);

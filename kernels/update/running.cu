@@ -362,24 +362,11 @@ cudaError_t
 kmg_running_levels(kmg_running *rs, const kmg_args *a, cudaStream_t s)
 {
 	km_xstats	xs;
-	int			v[4];
 	cudaError_t e;
 
 	rs->on = 0;
-	km_xstats_init(&xs);
-	v[0] = xs.xmax;
-	v[1] = xs.xmin;
-	v[2] = xs.wmax;
-	v[3] = xs.wmin;
-	if ((e = cudaMemcpyAsync(rs->xst, v, sizeof(v), cudaMemcpyHostToDevice, s)) != cudaSuccess ||
-		(e = kmg_xstats_rows(a->X, a->W, a->n, a->d, a->dp, 0, rs->xst, s)) != cudaSuccess ||
-		(e = cudaMemcpyAsync(v, rs->xst, sizeof(v), cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-		(e = cudaStreamSynchronize(s)) != cudaSuccess)
+	if ((e = kmg_xstats_of(a->X, a->W, a->n, a->d, a->dp, 0, rs->xst, &xs, s)) != cudaSuccess)
 		return e;
-	xs.xmax = v[0];
-	xs.xmin = v[1];
-	xs.wmax = v[2];
-	xs.wmin = v[3];
 	kmg_xsum_acc_carve(&rs->acc, rs->accmem, a->k, a->d, 1, 1);
 	km_xlevels_for(&xs, a->n, a->W != NULL, a->W == NULL, &rs->acc.xlev, &rs->acc.wlev);
 	if (!rs->acc.xlev.exact || !rs->acc.wlev.exact || rs->acc.xlev.n > 2 || rs->acc.wlev.n > 2)
